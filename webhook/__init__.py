@@ -1,0 +1,3 @@
+"""gpu-admission: a Kubernetes admission webhook that makes GPU workloads right."""
+
+__version__ = "0.1.0"

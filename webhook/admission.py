@@ -1,0 +1,97 @@
+"""From an AdmissionRequest to a response: which requests the engine sees, and the decision.
+
+`/mutate` only mutates (it denies only an object it cannot read); verdicts and warnings come
+from `/validate`, so kubectl never shows a warning twice. Deny beats warn beats audit.
+"""
+
+from __future__ import annotations
+
+from webhook.config import RuleSet
+from webhook.engine import Judged, Subject, mutate, validate
+from webhook.findings import Finding
+from webhook.podviews import POD_SPEC_PATHS, UnreadableObject
+from webhook.review import AdmissionRequest, encode
+
+__all__ = ["MAX_WARNINGS", "answer_mutate", "answer_validate", "subject_of"]
+
+# kubectl prints every warning on its own line; past a handful they stop being read.
+MAX_WARNINGS = 5
+
+
+def subject_of(request: AdmissionRequest) -> Subject | None:
+    """The engine's view of the request, or None when there is nothing to look at."""
+    if request.sub_resource or request.operation not in ("CREATE", "UPDATE"):
+        return None
+    kind = request.kind.kind
+    if kind not in POD_SPEC_PATHS:
+        return None
+    obj = request.object
+    namespace = request.namespace
+    if not namespace and isinstance(obj, dict):
+        meta = obj.get("metadata")
+        if isinstance(meta, dict) and isinstance(meta.get("namespace"), str):
+            namespace = meta["namespace"]
+    return Subject(obj, kind, namespace or "default", request.operation, request.old_object)
+
+
+def _unreadable(request: AdmissionRequest, exc: UnreadableObject) -> bytes:
+    return encode(
+        request.uid,
+        allowed=False,
+        code=400,
+        reason="BadRequest",
+        message=f"gpu-admission: cannot read the {request.kind.kind}: {exc.path}: {exc.problem}",
+    )
+
+
+def answer_mutate(request: AdmissionRequest, rules: RuleSet) -> bytes:
+    subject = subject_of(request)
+    if subject is None:
+        return encode(request.uid, allowed=True)
+    try:
+        patch = mutate(subject, rules)
+    except UnreadableObject as exc:
+        return _unreadable(request, exc)
+    return encode(request.uid, allowed=True, patch=patch)
+
+
+def _warnings(findings: list[Finding]) -> list[str]:
+    lines = [f.warning() for f in findings]
+    if len(lines) > MAX_WARNINGS:
+        hidden = len(lines) - (MAX_WARNINGS - 1)
+        lines = [*lines[: MAX_WARNINGS - 1], f"gpu-admission: {hidden} more warnings not shown"]
+    return lines
+
+
+def _annotations(judged: list[Judged]) -> dict[str, str]:
+    """One audit annotation per rule that fired: rule id -> strongest verdict."""
+    verdict = {"enforce": "deny", "warn": "warn", "audit": "audit"}
+    rank = {"deny": 0, "warn": 1, "audit": 2}
+    out: dict[str, str] = {}
+    for j in judged:
+        v = verdict[j.mode]
+        if j.finding.rule not in out or rank[v] < rank[out[j.finding.rule]]:
+            out[j.finding.rule] = v
+    return out
+
+
+def answer_validate(request: AdmissionRequest, rules: RuleSet) -> bytes:
+    subject = subject_of(request)
+    if subject is None:
+        return encode(request.uid, allowed=True)
+    try:
+        judged = validate(subject, rules)
+    except UnreadableObject as exc:
+        return _unreadable(request, exc)
+    if not judged:
+        return encode(request.uid, allowed=True)
+    denials = [j.finding for j in judged if j.mode == "enforce"]
+    warnings = [j.finding for j in judged if j.mode == "warn"]
+    message = "\n".join(f.message() for f in denials)
+    return encode(
+        request.uid,
+        allowed=not denials,
+        message=message,
+        warnings=_warnings(warnings),
+        audit_annotations=_annotations(judged),
+    )

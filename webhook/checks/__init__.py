@@ -1,0 +1,62 @@
+"""The rules: pure functions over pod views, grouped by what they protect.
+
+Validations take a pod view and their own config and yield findings. Mutations take a working
+copy of the pod spec with the view of the original, change the copy, and never read anything
+else; the engine diffs the copy into a JSON patch. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.checks import isolation, placement, probes, resources, shm
+from webhook.config import RuleSet
+from webhook.findings import Finding
+from webhook.podviews import PodView
+
+__all__ = ["MUTATIONS", "VALIDATIONS", "Mutation", "Validation"]
+
+
+@dataclass(frozen=True, slots=True)
+class Validation:
+    rule: str
+    check: Callable[[PodView, RuleSet], Iterable[Finding]]
+    gpu_only: bool  # True: skipped on pods that ask for no GPU (the fast path)
+
+    def mode(self, rules: RuleSet) -> str:
+        mode: str = getattr(rules.rules, self.rule.replace("-", "_")).mode
+        return mode
+
+
+@dataclass(frozen=True, slots=True)
+class Mutation:
+    rule: str
+    apply: Callable[[dict[str, Any], PodView, RuleSet], None]
+
+    def enabled(self, rules: RuleSet) -> bool:
+        cfg = getattr(rules.rules, self.rule.replace("-", "_"))
+        return bool(getattr(cfg, "fix", None) if self.rule == "gpu-requests-limits" else cfg.mutate)
+
+
+# Order matters for mutations: limits are fixed first so later rules see the GPU in limits.
+MUTATIONS: tuple[Mutation, ...] = (
+    Mutation("gpu-requests-limits", resources.copy_requests_to_limits),
+    Mutation("gpu-tolerations", placement.add_gpu_tolerations),
+    Mutation("gpu-shm", shm.add_shm),
+    Mutation("gpu-probe-delays", probes.adjust_probes),
+)
+
+VALIDATIONS: tuple[Validation, ...] = (
+    Validation("gpu-requests-limits", resources.requests_equal_limits, gpu_only=True),
+    Validation("gpu-whole-quantity", resources.whole_quantities, gpu_only=False),
+    Validation("gpu-mig-mixed", resources.mig_not_mixed, gpu_only=True),
+    Validation("visible-devices", isolation.visible_devices, gpu_only=False),
+    Validation("privileged-gpu", isolation.privileged_gpu, gpu_only=True),
+    Validation("host-gpu-devices", isolation.host_gpu_devices, gpu_only=False),
+    Validation("gpu-toleration-without-gpu", placement.toleration_without_gpu, gpu_only=False),
+    Validation("gpu-memory-limit", resources.memory_limit, gpu_only=True),
+    Validation("gpu-readiness-probe", probes.readiness_probe, gpu_only=True),
+    Validation("gpu-init-container", resources.init_container_gpu, gpu_only=True),
+)

@@ -1,0 +1,85 @@
+"""GPU node taints: GPU pods tolerate them, non-GPU pods should not squat on GPU nodes."""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterator
+from typing import Any
+
+from webhook.config import RuleSet, TolerationSpec
+from webhook.findings import Finding
+from webhook.podviews import PodView
+
+__all__ = ["add_gpu_tolerations", "needed_tolerations", "tolerates", "toleration_without_gpu"]
+
+
+def tolerates(toleration: dict[str, Any], *, key: str, effect: str) -> bool:
+    """Whether `toleration` already tolerates every taint with this key and effect.
+
+    Only `Exists` counts: an `Equal` toleration matches one taint value, and values differ
+    between clusters, so the webhook adds the `Exists` one beside it.
+    """
+    if toleration.get("operator") != "Exists":
+        return False
+    if toleration.get("key") not in (None, "", key):
+        return False
+    if toleration.get("effect") not in (None, "", effect):
+        return False
+    # With tolerationSeconds a NoExecute taint still evicts the pod later: not a standing one.
+    return effect != "NoExecute" or toleration.get("tolerationSeconds") is None
+
+
+def needed_tolerations(pod: PodView, rules: RuleSet) -> list[TolerationSpec]:
+    """The configured tolerations whose resources this pod asks for, in config order."""
+    asked = {
+        name
+        for c in pod.containers
+        for name, value in {**c.gpu_requests, **c.gpu_limits}.items()
+        if value > 0
+    }
+    return [
+        spec
+        for spec in rules.rules.gpu_tolerations.tolerations
+        if any(fnmatch.fnmatchcase(name, pat) for name in asked for pat in spec.resources)
+    ]
+
+
+def add_gpu_tolerations(spec: dict[str, Any], pod: PodView, rules: RuleSet) -> None:
+    for wanted in needed_tolerations(pod, rules):
+        current = spec.get("tolerations") or []
+        if any(tolerates(t, key=wanted.key, effect=wanted.effect) for t in current):
+            continue
+        spec["tolerations"] = [
+            *current,
+            {"key": wanted.key, "operator": "Exists", "effect": wanted.effect},
+        ]
+
+
+def _gpu_taint_keys(rules: RuleSet) -> set[str]:
+    return {spec.key for spec in rules.rules.gpu_tolerations.tolerations}
+
+
+def toleration_without_gpu(pod: PodView, rules: RuleSet) -> Iterator[Finding]:
+    """A pod that asks for no GPU but tolerates the GPU taint takes CPU and memory on GPU nodes.
+
+    DaemonSet pods (node agents, exporters) are meant to run everywhere, and a keyless `Exists`
+    toleration is the deliberate "run on every node" idiom: neither is reported.
+    """
+    if pod.asks_gpu or "DaemonSet" in pod.owner_kinds:
+        return
+    keys = _gpu_taint_keys(rules)
+    for i, toleration in enumerate(pod.spec.get("tolerations") or []):
+        key = toleration.get("key")
+        if key in keys:
+            yield Finding(
+                rule="gpu-toleration-without-gpu",
+                summary=(
+                    f"gpu-toleration-without-gpu: {pod.field_path}.tolerations[{i}] tolerates "
+                    f"{key} but no container asks for a GPU"
+                ),
+                fix=(
+                    f"remove the {key} toleration, or ask for a GPU in resources.limits; "
+                    "otherwise this pod takes room on GPU nodes that GPU pods need"
+                ),
+                field=f"{pod.field_path}.tolerations[{i}]",
+            )

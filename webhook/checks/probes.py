@@ -1,0 +1,81 @@
+"""Probes on GPU containers: give model loading time before readiness and liveness kick in."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from webhook.checks.resources import gpu_containers
+from webhook.config import ProbesRule, RuleSet
+from webhook.findings import Finding
+from webhook.podviews import PodView
+
+__all__ = ["adjust_probes", "readiness_probe"]
+
+_HANDLERS = ("exec", "httpGet", "tcpSocket", "grpc")
+
+
+def _raise_delays(container: dict[str, Any], cfg: ProbesRule) -> None:
+    for probe_name, floor in (
+        ("readinessProbe", cfg.readiness_min_delay_seconds),
+        ("livenessProbe", cfg.liveness_min_delay_seconds),
+    ):
+        probe = container.get(probe_name)
+        if not probe:
+            continue
+        current = probe.get("initialDelaySeconds")
+        if not isinstance(current, int) or isinstance(current, bool) or current < floor:
+            container[probe_name] = {**probe, "initialDelaySeconds": floor}
+
+
+def _add_startup_probe(container: dict[str, Any], cfg: ProbesRule) -> None:
+    """Kubernetes' own answer to slow starts: a startupProbe holds the others off until it passes.
+
+    It reuses the handler of the liveness probe (or readiness probe), so it checks the same
+    endpoint, and allows `startup_budget_seconds` before the kubelet gives up.
+    """
+    source = container.get("livenessProbe") or container.get("readinessProbe")
+    if not source:
+        return
+    handler = {k: source[k] for k in _HANDLERS if k in source}
+    if not handler:
+        return
+    period = cfg.startup_period_seconds
+    container["startupProbe"] = {
+        **handler,
+        "periodSeconds": period,
+        "failureThreshold": max(1, -(-cfg.startup_budget_seconds // period)),
+        "successThreshold": 1,
+    }
+
+
+def adjust_probes(spec: dict[str, Any], pod: PodView, rules: RuleSet) -> None:
+    """A container that already has a startupProbe is left alone: it holds the others off."""
+    cfg = rules.rules.gpu_probe_delays
+    for c in gpu_containers(pod):
+        container = spec[c.list_name][c.index]
+        if container.get("startupProbe"):
+            continue
+        if cfg.strategy == "startup-probe":
+            _add_startup_probe(container, cfg)
+        else:
+            _raise_delays(container, cfg)
+
+
+def readiness_probe(pod: PodView, rules: RuleSet) -> Iterator[Finding]:
+    """Serving pods only: batch pods (restartPolicy Never/OnFailure) never take traffic."""
+    if pod.spec.get("restartPolicy") in ("Never", "OnFailure") or pod.kind in ("Job", "CronJob"):
+        return
+    for c in gpu_containers(pod):
+        if not c.raw.get("readinessProbe"):
+            yield Finding(
+                rule="gpu-readiness-probe",
+                summary=(
+                    f"gpu-readiness-probe: {c.label()} asks for a GPU but has no readinessProbe"
+                ),
+                fix=(
+                    f"add {c.field_path}.readinessProbe (e.g. httpGet on the model server's "
+                    "health endpoint) so traffic waits until the model is loaded"
+                ),
+                field=f"{c.field_path}.readinessProbe",
+            )

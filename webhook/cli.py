@@ -1,0 +1,90 @@
+"""`gpu-admission` command line: certs and serve (audit and rules come with their issues)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+__all__ = ["main"]
+
+DEFAULT_HOSTS = (
+    "localhost,127.0.0.1,gpu-admission,gpu-admission.gpu-admission,"
+    "gpu-admission.gpu-admission.svc,gpu-admission.gpu-admission.svc.cluster.local"
+)
+
+
+def _certs_generate(args: argparse.Namespace) -> int:
+    from webhook.certs import CertPaths, generate
+
+    out = Path(args.out)
+    if args.if_missing and CertPaths.in_folder(out).complete():
+        print(f"certificates already in {out}/")
+        return 0
+    hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
+    paths = generate(out, hosts)
+    print(f"wrote {paths.ca_cert}, {paths.cert}, {paths.key} for {', '.join(hosts)}")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from webhook.rulefiles import RuleFileError
+    from webhook.server import serve
+
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s"
+    )
+    try:
+        serve(
+            host=args.host,
+            port=args.port,
+            cert=Path(args.cert),
+            key=Path(args.key),
+            rules_dir=Path(args.rules),
+        )
+    except RuleFileError as exc:
+        print(f"gpu-admission: the rules in {args.rules} cannot be loaded:\n{exc}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as exc:
+        print(f"gpu-admission: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpu-admission",
+        description="Admission webhook that makes GPU workloads right before they schedule.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    certs = sub.add_parser("certs", help="certificate tooling")
+    certs_sub = certs.add_subparsers(dest="certs_command", required=True)
+    gen = certs_sub.add_parser("generate", help="write a CA and a serving certificate")
+    gen.add_argument("--out", default="certs", help="folder to write into (default: certs)")
+    gen.add_argument("--hosts", default=DEFAULT_HOSTS, help="comma-separated DNS names and IPs")
+    gen.add_argument(
+        "--if-missing", action="store_true", help="do nothing when the folder already has them"
+    )
+    gen.set_defaults(func=_certs_generate)
+
+    srv = sub.add_parser("serve", help="serve /mutate and /validate over HTTPS")
+    srv.add_argument("--host", default="127.0.0.1")
+    srv.add_argument("--port", type=int, default=8443)
+    srv.add_argument("--cert", default="certs/tls.crt")
+    srv.add_argument("--key", default="certs/tls.key")
+    srv.add_argument("--rules", default="rules", help="folder of rule files (default: rules)")
+    srv.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    srv.set_defaults(func=_serve)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

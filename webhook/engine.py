@@ -1,0 +1,145 @@
+"""The rule engine: one subject in, a patch and judged findings out. No I/O, no clock.
+
+The webhook, the manifest audit and the live audit all call `mutate` and `validate` here;
+only how they obtain the subject differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.checks import MUTATIONS, VALIDATIONS
+from webhook.config import RuleSet
+from webhook.findings import Finding
+from webhook.patch import clone, diff
+from webhook.podviews import POD_SPEC_PATHS, PodView, pod_views
+
+__all__ = ["Judged", "Outcome", "Subject", "evaluate", "mutate", "validate"]
+
+
+@dataclass(frozen=True, slots=True)
+class Subject:
+    """What is being admitted: the object, its kind, and the request facts rules depend on."""
+
+    obj: Any
+    kind: str
+    namespace: str
+    operation: str = "CREATE"
+    old_obj: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """A finding with the mode its rule runs in: enforce denies, warn and audit only report."""
+
+    finding: Finding
+    mode: str
+
+
+@dataclass(slots=True)
+class Outcome:
+    patch: list[dict[str, Any]] = field(default_factory=list)
+    judged: list[Judged] = field(default_factory=list)
+
+    @property
+    def denials(self) -> list[Finding]:
+        return [j.finding for j in self.judged if j.mode == "enforce"]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [j.finding for j in self.judged if j.mode == "warn"]
+
+    @property
+    def audits(self) -> list[Finding]:
+        return [j.finding for j in self.judged if j.mode == "audit"]
+
+    @property
+    def allowed(self) -> bool:
+        return not any(j.mode == "enforce" for j in self.judged)
+
+
+def _views_to_check(subject: Subject, rules: RuleSet) -> list[PodView]:
+    """The pod specs this request may change or be judged on.
+
+    Pods: CREATE only (a pod's spec is immutable, and a patch on UPDATE would break an innocent
+    label change). Controllers: CREATE, and UPDATE only for templates that changed, so an old
+    non-compliant Deployment can still be scaled or relabelled.
+    """
+    if subject.namespace in rules.exempt_namespaces:
+        return []
+    if subject.operation == "CREATE":
+        return pod_views(subject.obj, subject.kind, is_gpu=rules.is_gpu_resource)
+    if subject.operation != "UPDATE" or subject.kind == "Pod":
+        return []
+    views = pod_views(subject.obj, subject.kind, is_gpu=rules.is_gpu_resource)
+    if not views or subject.old_obj is None:
+        return views
+    old_specs = {v.pointer: v.spec for v in _old_views(subject, rules)}
+    return [v for v in views if old_specs.get(v.pointer) != v.spec]
+
+
+def _old_views(subject: Subject, rules: RuleSet) -> list[PodView]:
+    try:
+        return pod_views(subject.old_obj, subject.kind, is_gpu=rules.is_gpu_resource)
+    except ValueError:
+        return []  # an unreadable old object: treat every template as changed
+
+
+def mutate(subject: Subject, rules: RuleSet) -> list[dict[str, Any]]:
+    """The JSON patch that makes every GPU pod spec in the subject right for GPU nodes.
+
+    Raises `UnreadableObject` for an object whose fields have impossible types.
+    """
+    patch: list[dict[str, Any]] = []
+    enabled = [m for m in MUTATIONS if m.enabled(rules)]
+    if not enabled:
+        return patch
+    for view in _views_to_check(subject, rules):
+        if not view.asks_gpu:
+            continue
+        work = clone(view.spec)
+        for mutation in enabled:
+            mutation.apply(work, view, rules)
+        patch.extend(diff(view.spec, work, view.pointer))
+    return patch
+
+
+def validate(subject: Subject, rules: RuleSet) -> list[Judged]:
+    """Every finding of every rule not switched off, with its mode."""
+    judged: list[Judged] = []
+    active = [(v, v.mode(rules)) for v in VALIDATIONS]
+    active = [(v, mode) for v, mode in active if mode != "off"]
+    for view in _views_to_check(subject, rules):
+        gpu = view.asks_gpu
+        for validation, mode in active:
+            if validation.gpu_only and not gpu:
+                continue
+            judged.extend(Judged(f, mode) for f in validation.check(view, rules))
+    return judged
+
+
+def evaluate(subject: Subject, rules: RuleSet) -> Outcome:
+    """What the apiserver would end up with: mutate, apply the patch, validate the result.
+
+    The validating webhook sees the mutated object, so the audit must judge that one too.
+    """
+    patch = mutate(subject, rules)
+    if patch:
+        import jsonpatch  # only the audits need it; the webhook path never applies patches
+
+        mutated = jsonpatch.apply_patch(subject.obj, patch)
+        subject = Subject(
+            mutated, subject.kind, subject.namespace, subject.operation, subject.old_obj
+        )
+    return Outcome(patch=patch, judged=validate(subject, rules))
+
+
+def holds_pods(kind: str) -> bool:
+    """Whether the engine has anything to say about objects of this kind."""
+    return kind in POD_SPEC_PATHS
+
+
+def flatten(findings: Iterable[Judged]) -> list[str]:
+    return [j.finding.message() for j in findings]

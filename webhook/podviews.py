@@ -1,0 +1,270 @@
+"""Where pod specs live inside workload objects, and typed read-only views over them.
+
+This is the only module that knows the path table (`spec.template.spec` for a Deployment,
+`spec.jobTemplate.spec.template.spec` for a CronJob, ...). Every view carries the JSON pointer
+of its pod spec, so checks work relative to the pod spec and never learn the table.
+
+Views check the shape of exactly the fields the rules read: the review envelope is strict, the
+object inside is tolerant, but a field of the wrong type becomes an `UnreadableObject` that
+names it instead of a crash deep inside a rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from webhook.quantity import QuantityError, parse_quantity
+
+__all__ = [
+    "POD_SPEC_PATHS",
+    "ContainerView",
+    "PodView",
+    "UnreadableObject",
+    "pod_views",
+    "pointer",
+]
+
+# kind -> path segments from the object root to each pod spec. "*" walks every list item.
+POD_SPEC_PATHS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "Pod": (("spec",),),
+    "PodTemplate": (("template", "spec"),),
+    "Deployment": (("spec", "template", "spec"),),
+    "StatefulSet": (("spec", "template", "spec"),),
+    "DaemonSet": (("spec", "template", "spec"),),
+    "ReplicaSet": (("spec", "template", "spec"),),
+    "ReplicationController": (("spec", "template", "spec"),),
+    "Job": (("spec", "template", "spec"),),
+    "CronJob": (("spec", "jobTemplate", "spec", "template", "spec"),),
+}
+
+
+class UnreadableObject(ValueError):
+    """The object has a field of a type no Kubernetes object could have there."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+        self.problem = problem
+
+
+def pointer(*segments: str | int) -> str:
+    """A JSON pointer (RFC 6901) with `~` and `/` escaped in each segment."""
+    return "".join("/" + str(s).replace("~", "~0").replace("/", "~1") for s in segments)
+
+
+def _dotted(prefix: str, *segments: str | int) -> str:
+    """A kubectl-style field path for messages: spec.containers[0].resources."""
+    out = prefix
+    for seg in segments:
+        if isinstance(seg, int):
+            out += f"[{seg}]"
+        elif "." in seg or "/" in seg:
+            out += f'["{seg}"]'
+        else:
+            out += f".{seg}" if out else seg
+    return out
+
+
+def _mapping(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise UnreadableObject(where, f"expected an object, found {type(value).__name__}")
+    return value
+
+
+def _list_of_mappings(value: Any, where: str) -> list[dict[str, Any]]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise UnreadableObject(where, f"expected a list, found {type(value).__name__}")
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise UnreadableObject(
+                f"{where}[{i}]", f"expected an object, found {type(item).__name__}"
+            )
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerView:
+    """One container (or init container) with its GPU asks already parsed."""
+
+    raw: dict[str, Any]
+    index: int
+    init: bool
+    name: str
+    field_path: str  # for messages, e.g. spec.template.spec.containers[0]
+    gpu_limits: dict[str, Fraction]
+    gpu_requests: dict[str, Fraction]
+    raw_gpu_limits: dict[str, Any]
+    raw_gpu_requests: dict[str, Any]
+
+    @property
+    def list_name(self) -> str:
+        return "initContainers" if self.init else "containers"
+
+    @property
+    def asks_gpu(self) -> bool:
+        """Zero is not an ask: `nvidia.com/gpu: 0` is a common way to say "no GPU"."""
+        return any(v > 0 for v in self.gpu_limits.values()) or any(
+            v > 0 for v in self.gpu_requests.values()
+        )
+
+    @property
+    def resources(self) -> dict[str, Any]:
+        return self.raw.get("resources") or {}
+
+    def label(self) -> str:
+        kind = "init container" if self.init else "container"
+        return f'{kind} "{self.name}"'
+
+
+@dataclass(frozen=True, slots=True)
+class PodView:
+    """A pod spec somewhere inside an object, with where it is and what owns it."""
+
+    spec: dict[str, Any]
+    pointer: str  # JSON pointer of the pod spec inside the object
+    field_path: str  # the same as a dotted path for messages
+    kind: str  # kind of the enclosing object
+    labels: dict[str, Any]
+    owner_kinds: tuple[str, ...]
+    containers: tuple[ContainerView, ...] = field(default=())
+
+    @property
+    def asks_gpu(self) -> bool:
+        return any(c.asks_gpu for c in self.containers)
+
+    @property
+    def main_containers(self) -> Iterator[ContainerView]:
+        return (c for c in self.containers if not c.init)
+
+
+def _walk(
+    node: Any, segments: tuple[str, ...], done: tuple[str | int, ...]
+) -> Iterator[tuple[tuple[str | int, ...], Any]]:
+    """Yield (path, value) for each place `segments` reaches; absent branches yield nothing."""
+    if not segments:
+        yield done, node
+        return
+    head, rest = segments[0], segments[1:]
+    if head == "*":
+        if isinstance(node, list):
+            for i, item in enumerate(node):
+                yield from _walk(item, rest, (*done, i))
+        return
+    if not isinstance(node, dict):
+        if node is not None:
+            raise UnreadableObject(
+                _dotted("", *done) or "object", f"expected an object, found {type(node).__name__}"
+            )
+        return
+    if head in node and node[head] is not None:
+        yield from _walk(node[head], rest, (*done, head))
+
+
+def _gpu_quantities(
+    amounts: dict[str, Any], where: str, is_gpu: Callable[[str], bool]
+) -> tuple[dict[str, Fraction], dict[str, Any]]:
+    parsed: dict[str, Fraction] = {}
+    raw: dict[str, Any] = {}
+    for name, value in amounts.items():
+        if not is_gpu(name):
+            continue
+        try:
+            parsed[name] = parse_quantity(value)
+        except QuantityError:
+            raise UnreadableObject(
+                f'{where}["{name}"]', f"{value!r} is not a Kubernetes quantity (e.g. 1, 2)"
+            ) from None
+        raw[name] = value
+    return parsed, raw
+
+
+def _containers(
+    spec: dict[str, Any], spec_path: str, is_gpu: Callable[[str], bool]
+) -> tuple[ContainerView, ...]:
+    views: list[ContainerView] = []
+    for list_name, init in (("initContainers", True), ("containers", False)):
+        where = f"{spec_path}.{list_name}"
+        for i, c in enumerate(_list_of_mappings(spec.get(list_name), where)):
+            cpath = f"{where}[{i}]"
+            for list_field in ("env", "volumeMounts"):
+                _list_of_mappings(c.get(list_field), f"{cpath}.{list_field}")
+            for map_field in ("securityContext", "readinessProbe", "livenessProbe", "startupProbe"):
+                _mapping(c.get(map_field), f"{cpath}.{map_field}")
+            res = _mapping(c.get("resources"), f"{cpath}.resources")
+            limits = _mapping(res.get("limits"), f"{cpath}.resources.limits")
+            requests = _mapping(res.get("requests"), f"{cpath}.resources.requests")
+            gl, rgl = _gpu_quantities(limits, f"{cpath}.resources.limits", is_gpu)
+            gr, rgr = _gpu_quantities(requests, f"{cpath}.resources.requests", is_gpu)
+            name = c.get("name")
+            views.append(
+                ContainerView(
+                    raw=c,
+                    index=i,
+                    init=init,
+                    name=name if isinstance(name, str) else f"#{i}",
+                    field_path=cpath,
+                    gpu_limits=gl,
+                    gpu_requests=gr,
+                    raw_gpu_limits=rgl,
+                    raw_gpu_requests=rgr,
+                )
+            )
+    return tuple(views)
+
+
+def _labels(meta: Any) -> dict[str, Any]:
+    if not isinstance(meta, dict):
+        return {}
+    labels = meta.get("labels")
+    return labels if isinstance(labels, dict) else {}
+
+
+def _owner_kinds(meta: Any) -> tuple[str, ...]:
+    if not isinstance(meta, dict) or not isinstance(meta.get("ownerReferences"), list):
+        return ()
+    return tuple(
+        ref["kind"]
+        for ref in meta["ownerReferences"]
+        if isinstance(ref, dict) and isinstance(ref.get("kind"), str)
+    )
+
+
+def pod_views(obj: Any, kind: str, *, is_gpu: Callable[[str], bool]) -> list[PodView]:
+    """Every pod spec inside `obj` (of kind `kind`); [] for kinds that hold none."""
+    paths = POD_SPEC_PATHS.get(kind)
+    if paths is None:
+        return []
+    if not isinstance(obj, dict):
+        raise UnreadableObject("object", f"expected a {kind} object, found {type(obj).__name__}")
+    views = []
+    for segments in paths:
+        for where, spec in _walk(obj, segments, ()):
+            spec_path = _dotted("", *where)
+            spec = _mapping(spec, spec_path)
+            # The template's own metadata sits beside its spec; a bare Pod's is the object's.
+            parent: Any = obj
+            for seg in where[:-1]:
+                parent = parent[seg]
+            meta = parent.get("metadata") if isinstance(parent, dict) else None
+            owners = _owner_kinds(meta) if kind == "Pod" else (kind,)
+            for list_name in ("tolerations", "volumes"):
+                _list_of_mappings(spec.get(list_name), f"{spec_path}.{list_name}")
+            views.append(
+                PodView(
+                    spec=spec,
+                    pointer=pointer(*where),
+                    field_path=spec_path,
+                    kind=kind,
+                    labels=_labels(meta),
+                    owner_kinds=owners,
+                    containers=_containers(spec, spec_path, is_gpu),
+                )
+            )
+    return views

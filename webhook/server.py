@@ -1,0 +1,171 @@
+"""The HTTPS front door: aiohttp routes, TLS, and the one place exceptions become statuses."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+from aiohttp import web
+
+from webhook.admission import answer_mutate, answer_validate
+from webhook.config import RuleSet
+from webhook.review import BadReview, decode
+from webhook.rulefiles import load_rules
+
+__all__ = ["MAX_BODY", "RULES", "RuleHolder", "make_app", "make_ssl_context", "serve"]
+
+log = logging.getLogger("gpu-admission")
+
+# The apiserver caps objects at ~1.5 MiB in etcd; 8 MiB leaves room for oldObject and options.
+MAX_BODY = 8 * 1024 * 1024
+
+
+@dataclass
+class RuleHolder:
+    """The rule set in service. Replaced whole, so a request sees one complete set."""
+
+    current: RuleSet | None = None
+    source: Path | None = None
+
+
+RULES = web.AppKey("rules", RuleHolder)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _error(status: int, reason: str) -> web.Response:
+    return web.Response(
+        status=status, body=orjson.dumps({"error": reason}), content_type="application/json"
+    )
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Map exceptions to HTTP statuses; no traceback ever reaches the client."""
+    try:
+        return await handler(request)
+    except BadReview as exc:
+        return _error(400, str(exc))
+    except web.HTTPRequestEntityTooLarge:
+        return _error(413, f"request body over {MAX_BODY} bytes")
+    except web.HTTPException:
+        raise
+    except Exception:
+        log.exception("internal error on %s", request.path)
+        return _error(500, "internal error in gpu-admission; see the webhook log")
+
+
+def _review_handler(answer: Callable[..., bytes]) -> Handler:
+    async def handle(request: web.Request) -> web.Response:
+        rules = request.app[RULES].current
+        if rules is None:
+            return _error(503, "no valid rule set loaded yet")
+        review = decode(await request.read())
+        return web.Response(body=answer(review.request, rules), content_type="application/json")
+
+    return handle
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+async def _readyz(request: web.Request) -> web.Response:
+    if request.app[RULES].current is None:
+        return web.Response(status=503, text="no valid rule set loaded")
+    return web.Response(text="ok")
+
+
+def make_app(rules: RuleHolder) -> web.Application:
+    app = web.Application(client_max_size=MAX_BODY, middlewares=[_errors])
+    app[RULES] = rules
+    app.router.add_post("/mutate", _review_handler(answer_mutate))
+    app.router.add_post("/validate", _review_handler(answer_validate))
+    app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/readyz", _readyz)
+    return app
+
+
+def make_ssl_context(cert: Path, key: Path) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(cert, key)
+    return ctx
+
+
+def _stamp(*paths: Path) -> tuple[float, ...]:
+    return tuple(p.stat().st_mtime if p.exists() else 0.0 for p in paths)
+
+
+def _cert_reloader(
+    ctx: ssl.SSLContext, cert: Path, key: Path, interval: float
+) -> Callable[[web.Application], AsyncIterator[None]]:
+    """Reload the serving cert when its files change (cert-manager rotates them in place).
+
+    `load_cert_chain` on the live context affects new handshakes only; open connections keep
+    theirs, so nothing is dropped.
+    """
+
+    async def watch(app: web.Application) -> AsyncIterator[None]:
+        async def loop() -> None:
+            seen = _stamp(cert, key)
+            while True:
+                await asyncio.sleep(interval)
+                now = _stamp(cert, key)
+                if now == seen:
+                    continue
+                try:
+                    ctx.load_cert_chain(cert, key)
+                    seen = now
+                    log.info("reloaded serving certificate from %s", cert)
+                except (ssl.SSLError, OSError) as exc:
+                    # Mid-rotation the key and cert may not match yet: try again next tick.
+                    log.warning("serving certificate not reloaded yet: %s", exc)
+
+        task = asyncio.create_task(loop())
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    return watch
+
+
+def serve(
+    *,
+    host: str,
+    port: int,
+    cert: Path,
+    key: Path,
+    rules_dir: Path,
+    cert_check_seconds: float = 10.0,
+) -> None:
+    """Load the rules, then serve until SIGTERM/SIGINT; in-flight requests are drained."""
+    holder = RuleHolder(current=load_rules(rules_dir), source=rules_dir)
+    ctx = make_ssl_context(cert, key)
+    app = make_app(holder)
+    app.cleanup_ctx.append(_cert_reloader(ctx, cert, key, cert_check_seconds))
+    loop: asyncio.AbstractEventLoop | None = None
+    try:
+        import uvloop
+
+        loop = uvloop.new_event_loop()
+    except ImportError:  # pragma: no cover - uvloop is a Linux/macOS dependency
+        loop = None
+    log.info("serving on https://%s:%d with rules from %s", host, port, rules_dir)
+    web.run_app(
+        app,
+        host=host,
+        port=port,
+        ssl_context=ctx,
+        access_log=None,
+        print=None,
+        shutdown_timeout=20.0,
+        loop=loop,
+    )
