@@ -9,7 +9,7 @@ from __future__ import annotations
 from webhook.config import RuleSet
 from webhook.engine import Judged, Subject, mutate, validate
 from webhook.findings import Finding
-from webhook.podviews import POD_SPEC_PATHS, UnreadableObject
+from webhook.podviews import UnreadableObject, holds_pods
 from webhook.review import AdmissionRequest, encode
 
 __all__ = ["MAX_WARNINGS", "answer_mutate", "answer_validate", "subject_of"]
@@ -22,8 +22,8 @@ def subject_of(request: AdmissionRequest) -> Subject | None:
     """The engine's view of the request, or None when there is nothing to look at."""
     if request.sub_resource or request.operation not in ("CREATE", "UPDATE"):
         return None
-    kind = request.kind.kind
-    if kind not in POD_SPEC_PATHS:
+    group, kind = request.kind.group, request.kind.kind
+    if not holds_pods(group, kind):
         return None
     obj = request.object
     namespace = request.namespace
@@ -31,7 +31,7 @@ def subject_of(request: AdmissionRequest) -> Subject | None:
         meta = obj.get("metadata")
         if isinstance(meta, dict) and isinstance(meta.get("namespace"), str):
             namespace = meta["namespace"]
-    return Subject(obj, kind, namespace or "default", request.operation, request.old_object)
+    return Subject(obj, group, kind, namespace or "default", request.operation, request.old_object)
 
 
 def _unreadable(request: AdmissionRequest, exc: UnreadableObject) -> bytes:

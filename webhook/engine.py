@@ -6,7 +6,7 @@ only how they obtain the subject differs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,7 +14,7 @@ from webhook.checks import MUTATIONS, VALIDATIONS
 from webhook.config import RuleSet
 from webhook.findings import Finding
 from webhook.patch import clone, diff
-from webhook.podviews import POD_SPEC_PATHS, PodView, pod_views
+from webhook.podviews import PodView, pod_views
 
 __all__ = ["Judged", "Outcome", "Subject", "evaluate", "mutate", "validate"]
 
@@ -24,6 +24,7 @@ class Subject:
     """What is being admitted: the object, its kind, and the request facts rules depend on."""
 
     obj: Any
+    group: str
     kind: str
     namespace: str
     operation: str = "CREATE"
@@ -70,10 +71,14 @@ def _views_to_check(subject: Subject, rules: RuleSet) -> list[PodView]:
     if subject.namespace in rules.exempt_namespaces:
         return []
     if subject.operation == "CREATE":
-        return pod_views(subject.obj, subject.kind, is_gpu=rules.is_gpu_resource)
+        return pod_views(
+            subject.obj, group=subject.group, kind=subject.kind, is_gpu=rules.is_gpu_resource
+        )
     if subject.operation != "UPDATE" or subject.kind == "Pod":
         return []
-    views = pod_views(subject.obj, subject.kind, is_gpu=rules.is_gpu_resource)
+    views = pod_views(
+        subject.obj, group=subject.group, kind=subject.kind, is_gpu=rules.is_gpu_resource
+    )
     if not views or subject.old_obj is None:
         return views
     old_specs = {v.pointer: v.spec for v in _old_views(subject, rules)}
@@ -82,7 +87,9 @@ def _views_to_check(subject: Subject, rules: RuleSet) -> list[PodView]:
 
 def _old_views(subject: Subject, rules: RuleSet) -> list[PodView]:
     try:
-        return pod_views(subject.old_obj, subject.kind, is_gpu=rules.is_gpu_resource)
+        return pod_views(
+            subject.old_obj, group=subject.group, kind=subject.kind, is_gpu=rules.is_gpu_resource
+        )
     except ValueError:
         return []  # an unreadable old object: treat every template as changed
 
@@ -130,16 +137,5 @@ def evaluate(subject: Subject, rules: RuleSet) -> Outcome:
         import jsonpatch  # only the audits need it; the webhook path never applies patches
 
         mutated = jsonpatch.apply_patch(subject.obj, patch)
-        subject = Subject(
-            mutated, subject.kind, subject.namespace, subject.operation, subject.old_obj
-        )
+        subject = dataclasses.replace(subject, obj=mutated)
     return Outcome(patch=patch, judged=validate(subject, rules))
-
-
-def holds_pods(kind: str) -> bool:
-    """Whether the engine has anything to say about objects of this kind."""
-    return kind in POD_SPEC_PATHS
-
-
-def flatten(findings: Iterable[Judged]) -> list[str]:
-    return [j.finding.message() for j in findings]

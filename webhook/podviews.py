@@ -23,22 +23,39 @@ __all__ = [
     "ContainerView",
     "PodView",
     "UnreadableObject",
+    "group_of",
+    "holds_pods",
     "pod_views",
     "pointer",
 ]
 
-# kind -> path segments from the object root to each pod spec. "*" walks every list item.
-POD_SPEC_PATHS: dict[str, tuple[tuple[str, ...], ...]] = {
-    "Pod": (("spec",),),
-    "PodTemplate": (("template", "spec"),),
-    "Deployment": (("spec", "template", "spec"),),
-    "StatefulSet": (("spec", "template", "spec"),),
-    "DaemonSet": (("spec", "template", "spec"),),
-    "ReplicaSet": (("spec", "template", "spec"),),
-    "ReplicationController": (("spec", "template", "spec"),),
-    "Job": (("spec", "template", "spec"),),
-    "CronJob": (("spec", "jobTemplate", "spec", "template", "spec"),),
+_TEMPLATE = (("spec", "template", "spec"),)
+
+# (API group, kind) -> path segments from the object root to each pod spec. "*" walks every
+# list item. The group matters: Volcano's batch.volcano.sh Job is not a batch/v1 Job.
+POD_SPEC_PATHS: dict[tuple[str, str], tuple[tuple[str, ...], ...]] = {
+    ("", "Pod"): (("spec",),),
+    ("", "PodTemplate"): (("template", "spec"),),
+    ("", "ReplicationController"): _TEMPLATE,
+    ("apps", "Deployment"): _TEMPLATE,
+    ("apps", "StatefulSet"): _TEMPLATE,
+    ("apps", "DaemonSet"): _TEMPLATE,
+    ("apps", "ReplicaSet"): _TEMPLATE,
+    ("batch", "Job"): _TEMPLATE,
+    ("batch", "CronJob"): (("spec", "jobTemplate", "spec", "template", "spec"),),
 }
+
+
+def group_of(api_version: object) -> str:
+    """The API group of an apiVersion string: "apps/v1" -> "apps", "v1" -> ""."""
+    if not isinstance(api_version, str) or "/" not in api_version:
+        return ""
+    return api_version.split("/", 1)[0]
+
+
+def holds_pods(group: str, kind: str) -> bool:
+    """Whether objects of this group and kind contain pod specs we know how to find."""
+    return (group, kind) in POD_SPEC_PATHS
 
 
 class UnreadableObject(ValueError):
@@ -236,9 +253,9 @@ def _owner_kinds(meta: Any) -> tuple[str, ...]:
     )
 
 
-def pod_views(obj: Any, kind: str, *, is_gpu: Callable[[str], bool]) -> list[PodView]:
-    """Every pod spec inside `obj` (of kind `kind`); [] for kinds that hold none."""
-    paths = POD_SPEC_PATHS.get(kind)
+def pod_views(obj: Any, *, group: str, kind: str, is_gpu: Callable[[str], bool]) -> list[PodView]:
+    """Every pod spec inside `obj`; [] for kinds that hold none."""
+    paths = POD_SPEC_PATHS.get((group, kind))
     if paths is None:
         return []
     if not isinstance(obj, dict):

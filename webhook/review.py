@@ -40,7 +40,7 @@ class GroupVersionResource(_Wire):
 class AdmissionRequest(_Wire):
     uid: str = Field(min_length=1)
     kind: GroupVersionKind
-    resource: GroupVersionResource
+    resource: GroupVersionResource | None = None  # unused; some test fixtures omit it
     sub_resource: str = Field(default="", alias="subResource")
     name: str = ""
     namespace: str = ""

@@ -1,0 +1,280 @@
+"""Test harness: the real server in a subprocess, and a client that talks to it as the apiserver.
+
+The apiserver keeps connections alive, appends `?timeout=10s`, sends a fresh uid each time and
+checks it comes back; `Webhook.review` does the same and fails the test if the uid is not echoed.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jsonpatch
+import kubernetes_validate
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT.parent / "shared" / "corpus"
+K8S_VERSION = "1.33"
+
+RESOURCES = {
+    "Pod": ("", "v1", "pods"),
+    "PodTemplate": ("", "v1", "podtemplates"),
+    "ReplicationController": ("", "v1", "replicationcontrollers"),
+    "Deployment": ("apps", "v1", "deployments"),
+    "StatefulSet": ("apps", "v1", "statefulsets"),
+    "DaemonSet": ("apps", "v1", "daemonsets"),
+    "ReplicaSet": ("apps", "v1", "replicasets"),
+    "Job": ("batch", "v1", "jobs"),
+    "CronJob": ("batch", "v1", "cronjobs"),
+}
+
+
+def review_for(
+    obj: Any,
+    *,
+    kind: str | None = None,
+    namespace: str = "ml-team",
+    operation: str = "CREATE",
+    old: Any = None,
+    uid: str | None = None,
+    dry_run: bool = False,
+) -> dict[str, Any]:
+    """An AdmissionReview as the apiserver sends it for `obj`."""
+    kind = kind or obj["kind"]
+    group, version, resource = RESOURCES.get(kind, ("example.com", "v1", kind.lower() + "s"))
+    api_version = obj.get("apiVersion") if isinstance(obj, dict) else None
+    if isinstance(api_version, str):  # the object's own apiVersion wins: batch.volcano.sh Job
+        group, _, version = api_version.rpartition("/")
+    request: dict[str, Any] = {
+        "uid": uid or str(uuid.uuid4()),
+        "kind": {"group": group, "version": version, "kind": kind},
+        "resource": {"group": group, "version": version, "resource": resource},
+        "requestKind": {"group": group, "version": version, "kind": kind},
+        "requestResource": {"group": group, "version": version, "resource": resource},
+        "name": (obj.get("metadata") or {}).get("name", "") if isinstance(obj, dict) else "",
+        "namespace": namespace,
+        "operation": operation,
+        "userInfo": {"username": "alice@example.com", "groups": ["system:authenticated"]},
+        "object": obj,
+        "oldObject": old,
+        "dryRun": dry_run,
+        "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+    }
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+@dataclass
+class Answer:
+    """One AdmissionReview response, decoded."""
+
+    raw: dict[str, Any]
+
+    @property
+    def allowed(self) -> bool:
+        return bool(self.raw["allowed"])
+
+    @property
+    def patch(self) -> list[dict[str, Any]]:
+        if "patch" not in self.raw:
+            return []
+        assert self.raw["patchType"] == "JSONPatch"
+        return list(jsonpatch.JsonPatch.from_string(base64.b64decode(self.raw["patch"]).decode()))
+
+    @property
+    def message(self) -> str:
+        return str((self.raw.get("status") or {}).get("message", ""))
+
+    @property
+    def warnings(self) -> list[str]:
+        return list(self.raw.get("warnings") or [])
+
+    @property
+    def denied_rules(self) -> set[str]:
+        return {line.split(":", 1)[0] for line in self.message.splitlines() if line}
+
+    @property
+    def warned_rules(self) -> set[str]:
+        return {w.split(":", 1)[0] for w in self.warnings}
+
+    def apply(self, obj: Any) -> Any:
+        return jsonpatch.apply_patch(obj, self.patch) if self.patch else obj
+
+
+@dataclass
+class Webhook:
+    """A running server and a keep-alive HTTPS client bound to it."""
+
+    url: str
+    client: httpx.Client
+    process: subprocess.Popen[bytes]
+
+    def post(self, endpoint: str, body: bytes, **headers: str) -> httpx.Response:
+        return self.client.post(
+            f"{self.url}/{endpoint}",
+            params={"timeout": "10s"},
+            content=body,
+            headers={"Content-Type": "application/json", **headers},
+        )
+
+    def review(self, endpoint: str, review: dict[str, Any]) -> Answer:
+        import json
+
+        resp = self.post(endpoint, json.dumps(review).encode())
+        assert resp.status_code == 200, resp.text
+        body = resp.json()
+        assert body["apiVersion"] == "admission.k8s.io/v1"
+        assert body["kind"] == "AdmissionReview"
+        assert body["response"]["uid"] == review["request"]["uid"]
+        return Answer(body["response"])
+
+    def mutate(self, obj: Any, **kw: Any) -> Answer:
+        return self.review("mutate", review_for(obj, **kw))
+
+    def validate(self, obj: Any, **kw: Any) -> Answer:
+        return self.review("validate", review_for(obj, **kw))
+
+    def admit(self, obj: Any, **kw: Any) -> tuple[Any, Answer, Answer]:
+        """What the apiserver does: mutate, apply the patch, validate the mutated object."""
+        mutated_answer = self.mutate(obj, **kw)
+        assert mutated_answer.allowed, mutated_answer.message
+        mutated = mutated_answer.apply(obj)
+        return mutated, mutated_answer, self.validate(mutated, **kw)
+
+    def alive(self) -> bool:
+        return self.process.poll() is None and self.client.get(f"{self.url}/healthz").is_success
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("certs")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "webhook",
+            "certs",
+            "generate",
+            "--out",
+            str(out),
+            "--hosts",
+            "localhost,127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return out
+
+
+def start_webhook(certs: Path, rules: Path, log: Path) -> Webhook:
+    port = _free_port()
+    with log.open("wb") as fh:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "webhook",
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--cert",
+                str(certs / "tls.crt"),
+                "--key",
+                str(certs / "tls.key"),
+                "--rules",
+                str(rules),
+            ],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    client = httpx.Client(verify=ssl.create_default_context(cafile=certs / "ca.crt"), timeout=10.0)
+    url = f"https://127.0.0.1:{port}"
+    deadline = time.monotonic() + 20
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"webhook exited early:\n{log.read_text()}")
+        try:
+            if client.get(f"{url}/healthz").is_success:
+                break
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            process.kill()
+            raise RuntimeError(f"webhook did not come up:\n{log.read_text()}")
+        time.sleep(0.05)
+    return Webhook(url=url, client=client, process=process)
+
+
+def stop_webhook(hook: Webhook) -> None:
+    hook.client.close()
+    hook.process.terminate()
+    try:
+        hook.process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        hook.process.kill()
+
+
+@pytest.fixture(scope="session")
+def webhook(certs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webhook]:
+    """The server with the shipped default rules, shared by most tests."""
+    hook = start_webhook(certs, ROOT / "rules", tmp_path_factory.mktemp("log") / "server.log")
+    yield hook
+    stop_webhook(hook)
+
+
+@pytest.fixture
+def webhook_with(certs: Path, tmp_path: Path) -> Iterator[Any]:
+    """Start a server whose rules are the defaults with `overrides` merged into `rules:`."""
+    started: list[Webhook] = []
+
+    def start(overrides: dict[str, Any]) -> Webhook:
+        folder = tmp_path / f"rules{len(started)}"
+        folder.mkdir()
+        base = yaml.safe_load((ROOT / "rules" / "gpu-admission.yaml").read_text())
+        for rule, settings in overrides.items():
+            base["rules"][rule] = {**base["rules"].get(rule, {}), **settings}
+        (folder / "rules.yaml").write_text(yaml.safe_dump(base))
+        hook = start_webhook(certs, folder, tmp_path / f"server{len(started)}.log")
+        started.append(hook)
+        return hook
+
+    yield start
+    for hook in started:
+        stop_webhook(hook)
+
+
+def schema_errors(obj: dict[str, Any]) -> list[str]:
+    """Every OpenAPI schema error of a built-in object (strict: unknown fields are errors)."""
+    try:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        where = ".".join(str(p) for p in exc.path)
+        return [f"{where}: {exc.message}"]
+    return []
+
+
+def assert_schema_valid(obj: dict[str, Any]) -> None:
+    errors = schema_errors(obj)
+    assert not errors, errors
