@@ -836,14 +836,14 @@ def machine() -> str:
 
 
 def preflight(
-    port: int, ca: Path, stderr: Path
+    port: int, ca: Path, stderr: Path, scenarios: list[Scenario]
 ) -> Iterator[tuple[Scenario, str, bytes, dict[str, Any]]]:
     """Check every scenario once and yield (scenario, endpoint, body template, answer).
 
     The /validate body carries the object as mutated by this very webhook, as the apiserver
     would send it.
     """
-    for sc in SCENARIOS:
+    for sc in scenarios:
         obj = sc.build()
         patch = None
         for endpoint in sc.endpoints:
@@ -938,16 +938,18 @@ def run_bench(args: argparse.Namespace) -> int:
                 f"pinned to core {bench.client_core}; {args.warmup:g} s warm-up + "
                 f"{args.duration:g} s per run, at most {args.max_requests} requests per run\n"
             )
+            chosen = [sc for sc in SCENARIOS if not args.scenario or sc.name in args.scenario]
             print("Preflight (one request each; what the webhook answers):")
             runs = []
-            for sc, endpoint, template, answer in preflight(hook_port, ca, hook_err):
+            for sc, endpoint, template, answer in preflight(hook_port, ca, hook_err, chosen):
                 print(f"  {endpoint:<8} {sc.name:<15} {len(template):5d} B  {describe(answer)}")
                 runs.append((sc.name, endpoint, template))
             print()
 
+            # The floor reads the same bytes as the GPU pod /mutate run, whatever is selected.
+            floor_body = orjson.dumps(review(gpu_pod(), user=RS_CONTROLLER, groups=SA_GROUPS))
             for concurrency in args.concurrency:
                 print(f"Concurrency {concurrency}:")
-                floor_body = runs[0][2]
                 fr = bench.run(
                     floor, floor_port, "floor", "mutate", floor_body, concurrency, check_uid=False
                 )
@@ -1013,6 +1015,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         help=f"load client processes, all pinned to core {CLIENT_CORE} (default 1)",
+    )
+    p.add_argument(
+        "--scenario",
+        action="append",
+        choices=[sc.name for sc in SCENARIOS],
+        help="run only this scenario (repeatable; default: all)",
     )
     p.add_argument("--rules", type=Path, default=REPO / "rules", help="rules folder to serve")
     p.add_argument(

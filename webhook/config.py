@@ -90,6 +90,16 @@ class ShmRule(_Model):
 
     _check_sizes = field_validator("min_size", "max_size", "default_size")(_quantity)
 
+    @cached_property
+    def sizes(self) -> tuple[Fraction, Fraction, Fraction, Fraction]:
+        """(fraction, min, max, default) as exact numbers, parsed once per rule set."""
+        return (
+            Fraction(str(self.memory_fraction)),
+            parse_quantity(self.min_size),
+            parse_quantity(self.max_size),
+            parse_quantity(self.default_size),
+        )
+
     @model_validator(mode="after")
     def _min_below_max(self) -> ShmRule:
         if parse_quantity(self.min_size) > parse_quantity(self.max_size):
@@ -187,12 +197,3 @@ class RuleSet(_Model):
     def is_gpu_resource(self, name: str) -> bool:
         """Whether a resource name counts as a GPU (exact names and shell-style patterns)."""
         return self._gpu_pattern.match(name) is not None
-
-
-def shm_sizes(rule: ShmRule) -> tuple[Fraction, Fraction, Fraction]:
-    """(min, max, default) of the /dev/shm size in bytes."""
-    return (
-        parse_quantity(rule.min_size),
-        parse_quantity(rule.max_size),
-        parse_quantity(rule.default_size),
-    )

@@ -13,7 +13,7 @@ from typing import Any
 from webhook.checks import MUTATIONS, VALIDATIONS
 from webhook.config import RuleSet
 from webhook.findings import Finding
-from webhook.patch import clone, diff
+from webhook.patch import diff, working_copy
 from webhook.podviews import PodView, pod_views
 
 __all__ = ["Judged", "Outcome", "Subject", "evaluate", "mutate", "validate"]
@@ -106,7 +106,7 @@ def mutate(subject: Subject, rules: RuleSet) -> list[dict[str, Any]]:
     for view in _views_to_check(subject, rules):
         if not view.asks_gpu:
             continue
-        work = clone(view.spec)
+        work = working_copy(view.spec)
         for mutation in enabled:
             mutation.apply(work, view, rules)
         patch.extend(diff(view.spec, work, view.pointer))

@@ -1,8 +1,9 @@
 """The rules: pure functions over pod views, grouped by what they protect.
 
 Validations take a pod view and their own config and yield findings. Mutations take a working
-copy of the pod spec with the view of the original, change the copy, and never read anything
-else; the engine diffs the copy into a JSON patch. Nothing here does I/O.
+copy of the pod spec (see `patch.working_copy` for what they may edit in place) with the view
+of the original, change the copy, and never read anything else; the engine diffs the copy
+into a JSON patch. Nothing here does I/O.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from fractions import Fraction
 from typing import Any
 
 from webhook.checks.resources import gpu_containers
-from webhook.config import RuleSet, shm_sizes
+from webhook.config import RuleSet
 from webhook.podviews import ContainerView, PodView, UnreadableObject
 from webhook.quantity import QuantityError, format_bytes, parse_quantity
 
@@ -44,12 +44,11 @@ def shm_size(c: ContainerView, rules: RuleSet) -> Fraction:
     A memory-backed emptyDir is charged to the pod's memory, so a size above the limit would
     let /dev/shm alone get the container OOM-killed.
     """
-    cfg = rules.rules.gpu_shm
-    low, high, default = shm_sizes(cfg)
+    share, low, high, default = rules.rules.gpu_shm.sizes
     limit = _memory_limit(c)
     if limit is None:
         return default
-    size = min(max(limit * Fraction(str(cfg.memory_fraction)), low), high)
+    size = min(max(limit * share, low), high)
     # Whole mebibytes keep the emitted quantity readable (e.g. 1536Mi rather than a byte count).
     size = Fraction(int(size) // 2**20 * 2**20) or size
     return min(size, limit)
