@@ -45,6 +45,7 @@ import orjson
 REPO = Path(__file__).resolve().parent.parent
 SERVER_CORE = 0
 CLIENT_CORE = 1
+CORES = (SERVER_CORE, CLIENT_CORE)
 UID_MARK = "@@UID@@"  # replaced by bytes substitution, so a body is never re-encoded per request
 REQUEST_TIMEOUT = 10.0  # the apiserver's ?timeout=10s: the longest a request may take
 FLOOR_ANSWER = (
@@ -410,6 +411,24 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def core_ticks(cores: tuple[int, ...]) -> dict[int, list[int]]:
+    """Per-core jiffies from /proc/stat: user nice system idle iowait irq softirq steal."""
+    out: dict[int, list[int]] = {}
+    for line in Path("/proc/stat").read_text().splitlines():
+        name, *vals = line.split()
+        if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cores:
+            out[int(name[3:])] = [int(v) for v in vals[:8]]
+    return out
+
+
+def core_usage(before: list[int], after: list[int]) -> tuple[float, float, float]:
+    """(busy, idle, steal) percentages of one core between two `core_ticks` samples."""
+    d = [b - a for a, b in zip(before, after, strict=True)]
+    total = sum(d) or 1
+    idle, steal = d[3] + d[4], d[7]
+    return 100 * (total - idle - steal) / total, 100 * idle / total, 100 * steal / total
+
+
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -660,6 +679,7 @@ class Result:
     rss_mb: float
     server_cpu: float
     client_cpu: float
+    cores: dict[int, tuple[float, float, float]] = field(default_factory=dict)
     samples: list[dict[str, Any]] = field(default_factory=list)
     floor_rps: float | None = None
 
@@ -744,9 +764,11 @@ class Bench:
             pids = [server.pid] + [p.pid for p in clients]
             time.sleep(max(0.0, t_start - time.monotonic()))
             before = [cpu_seconds(pid) for pid in pids]
+            cores0 = core_ticks(CORES)
             wall0 = time.monotonic()
             time.sleep(max(0.0, t_end - time.monotonic()))
             after = [cpu_seconds(pid) for pid in pids]
+            cores1 = core_ticks(CORES)
             wall = time.monotonic() - wall0
             outs = []
             for proc in clients:
@@ -772,16 +794,22 @@ class Bench:
             rss_mb=rss_mb(server.pid),
             server_cpu=100 * used[0] / wall,
             client_cpu=100 * sum(used[1:]) / wall,
+            cores={c: core_usage(cores0[c], cores1[c]) for c in cores0 if c in cores1},
             samples=[s for o in outs for s in o["samples"]],
         )
 
 
 def report_line(r: Result) -> str:
+    cores = ", ".join(
+        f"core {c} busy {b:.0f}% idle {i:.0f}% steal {st:.0f}%"
+        for c, (b, i, st) in sorted(r.cores.items())
+    )
     return (
-        f"  {r.scenario:<15} {r.endpoint:<9} c={r.concurrency:<3} {r.rps:8.0f} req/s  "
-        f"p50 {r.p50_ms:6.2f} ms  p99 {r.p99_ms:6.2f} ms  errors {r.errors:<4} "
-        f"RSS {r.rss_mb:5.1f} MB  cpu server {r.server_cpu:3.0f}% client {r.client_cpu:3.0f}%"
-        f"  [{r.bottleneck}]" + (f"  {r.pct_floor} of floor" if r.floor_rps else "")
+        f"  {r.scenario:<15} {r.endpoint:<9} c={r.concurrency:<3} {r.rps:7.0f} req/s  "
+        f"p50 {r.p50_ms:6.2f} ms  p99 {r.p99_ms:6.2f} ms  errors {r.errors}  "
+        f"RSS {r.rss_mb:.1f} MB" + (f"  {r.pct_floor} of floor" if r.floor_rps else "") + "\n"
+        f"      cpu: server {r.server_cpu:.0f}%, client {r.client_cpu:.0f}% -> {r.bottleneck}"
+        f"  ({cores})"
     )
 
 

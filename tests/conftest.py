@@ -184,7 +184,9 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def start_webhook(certs: Path, rules: Path, log: Path) -> Webhook:
+def start_webhook(
+    certs: Path, rules: Path, log: Path, *extra: str, wait_ready: bool = True
+) -> Webhook:
     port = _free_port()
     with log.open("wb") as fh:
         process = subprocess.Popen(
@@ -216,7 +218,7 @@ def start_webhook(certs: Path, rules: Path, log: Path) -> Webhook:
         if process.poll() is not None:
             raise RuntimeError(f"webhook exited early:\n{log.read_text()}")
         try:
-            if client.get(f"{url}/healthz").is_success:
+            if client.get(f"{url}/{'readyz' if wait_ready else 'healthz'}").is_success:
                 break
         except httpx.TransportError:
             pass

@@ -29,7 +29,6 @@ def _certs_generate(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from webhook.rulefiles import RuleFileError
     from webhook.server import serve
 
     logging.basicConfig(
@@ -42,10 +41,8 @@ def _serve(args: argparse.Namespace) -> int:
             cert=Path(args.cert),
             key=Path(args.key),
             rules_dir=Path(args.rules),
+            rules_check_seconds=args.rules_check_seconds,
         )
-    except RuleFileError as exc:
-        print(f"gpu-admission: the rules in {args.rules} cannot be loaded:\n{exc}", file=sys.stderr)
-        return 2
     except (OSError, ValueError) as exc:
         print(f"gpu-admission: {exc}", file=sys.stderr)
         return 2
@@ -75,6 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--cert", default="certs/tls.crt")
     srv.add_argument("--key", default="certs/tls.key")
     srv.add_argument("--rules", default="rules", help="folder of rule files (default: rules)")
+    srv.add_argument(
+        "--rules-check-seconds",
+        type=float,
+        default=2.0,
+        help="how often to look for rule edits (default: 2)",
+    )
     srv.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     srv.set_defaults(func=_serve)
     return parser

@@ -10,15 +10,19 @@ from pydantic import ValidationError
 
 from webhook.config import RuleSet
 
-__all__ = ["RuleFileError", "load_rules"]
+__all__ = ["RuleFileError", "load_rules", "rule_files"]
 
 
 class RuleFileError(ValueError):
     """A rule folder that does not make a valid rule set; the message lists every problem."""
 
 
-def _files(folder: Path) -> list[Path]:
-    # ConfigMap mounts hold dot-prefixed timestamped folders beside the visible symlinks.
+def rule_files(folder: Path) -> list[Path]:
+    """The YAML files of a rule folder, in load order.
+
+    ConfigMap mounts hold dot-prefixed timestamped folders beside the visible symlinks; only
+    the visible names count.
+    """
     return sorted(
         p for p in folder.iterdir() if p.suffix in (".yaml", ".yml") and not p.name.startswith(".")
     )
@@ -32,7 +36,7 @@ def load_rules(folder: Path | str) -> RuleSet:
     merged: dict[str, Any] = {}
     origin: dict[str, Path] = {}
     problems: list[str] = []
-    for path in _files(folder):
+    for path in rule_files(folder):
         try:
             docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
         except (yaml.YAMLError, OSError, UnicodeDecodeError) as exc:

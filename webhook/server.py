@@ -7,31 +7,21 @@ import contextlib
 import logging
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 from aiohttp import web
 
 from webhook.admission import answer_mutate, answer_validate
-from webhook.config import RuleSet
+from webhook.reload import RuleHolder
 from webhook.review import BadReview, decode
-from webhook.rulefiles import load_rules
 
-__all__ = ["MAX_BODY", "RULES", "RuleHolder", "make_app", "make_ssl_context", "serve"]
+__all__ = ["MAX_BODY", "RULES", "make_app", "make_ssl_context", "serve"]
 
 log = logging.getLogger("gpu-admission")
 
 # The apiserver caps objects at ~1.5 MiB in etcd; 8 MiB leaves room for oldObject and options.
 MAX_BODY = 8 * 1024 * 1024
-
-
-@dataclass
-class RuleHolder:
-    """The rule set in service. Replaced whole, so a request sees one complete set."""
-
-    current: RuleSet | None = None
-    source: Path | None = None
 
 
 RULES = web.AppKey("rules", RuleHolder)
@@ -99,6 +89,29 @@ def make_ssl_context(cert: Path, key: Path) -> ssl.SSLContext:
     return ctx
 
 
+def _rule_watcher(interval: float) -> Callable[[web.Application], AsyncIterator[None]]:
+    """Poll the rule folder; loading takes milliseconds, so it runs on the loop between requests."""
+
+    async def watch(app: web.Application) -> AsyncIterator[None]:
+        holder = app[RULES]
+
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(interval)
+                try:
+                    holder.refresh()
+                except Exception:  # never let the watcher die: the webhook must keep serving
+                    log.exception("rule reload failed unexpectedly")
+
+        task = asyncio.create_task(loop())
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    return watch
+
+
 def _stamp(*paths: Path) -> tuple[float, ...]:
     return tuple(p.stat().st_mtime if p.exists() else 0.0 for p in paths)
 
@@ -145,12 +158,19 @@ def serve(
     key: Path,
     rules_dir: Path,
     cert_check_seconds: float = 10.0,
+    rules_check_seconds: float = 2.0,
 ) -> None:
-    """Load the rules, then serve until SIGTERM/SIGINT; in-flight requests are drained."""
-    holder = RuleHolder(current=load_rules(rules_dir), source=rules_dir)
+    """Load the rules, then serve until SIGTERM/SIGINT; in-flight requests are drained.
+
+    Broken rules at start-up do not stop the server: it stays unready (`/readyz` 503) and
+    keeps watching, so fixing the ConfigMap is enough to recover.
+    """
+    holder = RuleHolder(source=rules_dir)
+    holder.refresh()
     ctx = make_ssl_context(cert, key)
     app = make_app(holder)
     app.cleanup_ctx.append(_cert_reloader(ctx, cert, key, cert_check_seconds))
+    app.cleanup_ctx.append(_rule_watcher(rules_check_seconds))
     loop: asyncio.AbstractEventLoop | None = None
     try:
         import uvloop
