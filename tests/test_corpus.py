@@ -131,7 +131,7 @@ def test_corpus_verdicts_match_what_a_platform_engineer_expects(webhook: Webhook
     asks = _asks(row.gpu_limits) + _asks(row.gpu_requests)
     gpu = any(value > 0 for _, _, value in asks)
     main_gpu = any(value > 0 and not init for init, _, value in asks)
-    exempt = namespace in RULES.exempt_namespaces
+    exempt = namespace in RULES.exemptions.namespaces
 
     if exempt:
         assert mutation.patch == [] and verdict.allowed

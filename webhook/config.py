@@ -9,30 +9,45 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from webhook.quantity import QuantityError, parse_quantity
+from webhook.selectors import LabelSelector
 
 __all__ = [
+    "RULE_IDS",
+    "Exemptions",
     "Mode",
+    "Override",
+    "Resolved",
     "RuleSet",
     "Rules",
+    "matches_any",
 ]
 
 Mode = Literal["enforce", "warn", "audit", "off"]
 
 
 class _Model(BaseModel):
-    """Strict by default: an unknown key in a rule file is a typo, and typos must not pass."""
+    """Strict: an unknown key in a rule file is a typo, and typos must not pass.
 
-    model_config = ConfigDict(
-        extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True
-    )
+    Only the camelCase spelling is accepted, so an override merges onto exactly one key.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel)
 
 
 def _quantity(value: str) -> str:
@@ -133,9 +148,7 @@ class HostDevicesRule(_Model):
 class Rules(_Model):
     """One entry per rule id."""
 
-    model_config = ConfigDict(
-        extra="forbid", frozen=True, alias_generator=None, populate_by_name=True
-    )
+    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=None)
 
     gpu_requests_limits: RequestsLimitsRule = Field(
         default_factory=RequestsLimitsRule, alias="gpu-requests-limits"
@@ -174,26 +187,180 @@ DEFAULT_GPU_RESOURCES = [
     "*.shared",
 ]
 
+DEFAULT_EXEMPT_NAMESPACES = [
+    "kube-system",
+    "kube-public",
+    "kube-node-lease",
+    "gpu-operator",
+    "gpu-admission",
+]
+
+RULE_IDS: tuple[str, ...] = tuple(
+    str(f.alias) for f in Rules.model_fields.values() if f.alias is not None
+)
+
+_MODE_RANK = {"off": 0, "audit": 1, "warn": 2, "enforce": 3}
+
+
+def _is_pattern(name: str) -> bool:
+    return any(ch in name for ch in "*?[")
+
+
+def matches_any(name: str, patterns: list[str]) -> bool:
+    """Exact names or shell-style patterns (`team-*`)."""
+    return any(fnmatch.fnmatchcase(name, p) if _is_pattern(p) else name == p for p in patterns)
+
+
+class Exemptions(_Model):
+    """Objects the webhook never changes or judges. Any one match exempts."""
+
+    namespaces: list[str] = Field(default_factory=lambda: list(DEFAULT_EXEMPT_NAMESPACES))
+    # Needs namespace labels: known with a cluster snapshot or the live cache.
+    namespace_selector: LabelSelector | None = None
+    # Labels of the pod (or of the controller's pod template).
+    pod_selector: LabelSelector | None = None
+    # "namespace/name" of the pod's spec.serviceAccountName; patterns allowed ("gpu-*/ *").
+    service_accounts: list[str] = Field(default_factory=list)
+
+    @field_validator("service_accounts")
+    @classmethod
+    def _namespaced(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            if entry.count("/") != 1 or "" in entry.split("/"):
+                raise ValueError(f"{entry!r} must be namespace/name")
+        return value
+
+
+class Override(_Model):
+    """Settings for the namespaces an override selects, layered over the base rules.
+
+    Precedence, most specific last (it wins): a namespace selector alone < name patterns <
+    exact names; with both names and a selector, both must match and the selector breaks
+    ties within its name rank. Two overrides of equal rank that set the same setting for
+    the same namespace are a conflict (`rules check` reports the ones it can see).
+    """
+
+    name: str = Field(min_length=1)
+    namespaces: list[str] = Field(default_factory=list)
+    namespace_selector: LabelSelector | None = None
+    rules: dict[str, dict[str, Any]]
+
+    @model_validator(mode="after")
+    def _selects_and_sets_something(self) -> Override:
+        if not self.namespaces and self.namespace_selector is None:
+            raise ValueError("an override needs namespaces or a namespaceSelector")
+        unknown = sorted(set(self.rules) - set(RULE_IDS))
+        if unknown:
+            raise ValueError(f"unknown rule ids {unknown}; known: {', '.join(RULE_IDS)}")
+        # Each partial setting must be valid on its own, so typos fail at load, not at use.
+        try:
+            Rules.model_validate(self.rules)
+        except ValidationError as exc:
+            problems = "; ".join(
+                "rules." + ".".join(str(p) for p in e["loc"]) + ": " + e["msg"]
+                for e in exc.errors(include_url=False)
+            )
+            raise ValueError(problems) from None
+        return self
+
+    @property
+    def rank(self) -> tuple[int, int]:
+        if not self.namespaces:
+            names = 0
+        elif any(_is_pattern(n) for n in self.namespaces):
+            names = 1
+        else:
+            names = 2
+        return names, int(self.namespace_selector is not None)
+
+    def applies(self, namespace: str, labels: dict[str, str] | None) -> bool:
+        if self.namespaces and not matches_any(namespace, self.namespaces):
+            return False
+        if self.namespace_selector is not None:
+            return labels is not None and self.namespace_selector.matches(labels)
+        return True
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The effective rule set for one namespace, and which override set each setting."""
+
+    rules: RuleSet
+    origin: dict[tuple[str, str], str]
+    conflicts: tuple[str, ...]
+
 
 class RuleSet(_Model):
     """A whole rule set as loaded from the rule folder."""
 
+    # A ceiling on every rule's mode: `audit` is shadow mode (nothing denied or changed,
+    # everything recorded), `warn` allows all with warnings, `enforce` uses each rule's mode.
+    mode: Mode = "enforce"
     gpu_resources: list[str] = Field(default_factory=lambda: list(DEFAULT_GPU_RESOURCES))
-    exempt_namespaces: list[str] = Field(
-        default_factory=lambda: [
-            "kube-system",
-            "kube-public",
-            "kube-node-lease",
-            "gpu-operator",
-            "gpu-admission",
-        ]
-    )
+    exemptions: Exemptions = Field(default_factory=Exemptions)
     rules: Rules = Field(default_factory=Rules)
+    overrides: list[Override] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique_override_names(self) -> RuleSet:
+        names = [o.name for o in self.overrides]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"override names must be unique: {', '.join(dupes)}")
+        return self
 
     @cached_property
     def _gpu_pattern(self) -> re.Pattern[str]:
         return re.compile("|".join(fnmatch.translate(p) for p in self.gpu_resources) or "(?!)")
 
+    @cached_property
+    def _resolved(self) -> dict[tuple[str, tuple[tuple[str, str], ...] | None], Resolved]:
+        return {}
+
     def is_gpu_resource(self, name: str) -> bool:
         """Whether a resource name counts as a GPU (exact names and shell-style patterns)."""
         return self._gpu_pattern.match(name) is not None
+
+    def effective_mode(self, rule_mode: str) -> str:
+        """The rule's mode under the global ceiling."""
+        return rule_mode if _MODE_RANK[rule_mode] <= _MODE_RANK[self.mode] else self.mode
+
+    @property
+    def mutations_on(self) -> bool:
+        """Shadow mode (`audit`) and `off` change nothing, mutations included."""
+        return self.mode in ("enforce", "warn")
+
+    def resolve(self, namespace: str, labels: dict[str, str] | None = None) -> Resolved:
+        """The rules in force in `namespace` (with these namespace labels, when known)."""
+        if not self.overrides:
+            return Resolved(self, {}, ())
+        key = (namespace, tuple(sorted(labels.items())) if labels is not None else None)
+        cached = self._resolved.get(key)
+        if cached is None:
+            if len(self._resolved) > 4096:  # bounded: namespaces come and go
+                self._resolved.clear()
+            cached = self._resolved[key] = self._merge(namespace, labels)
+        return cached
+
+    def _merge(self, namespace: str, labels: dict[str, str] | None) -> Resolved:
+        matching = sorted(
+            (o for o in self.overrides if o.applies(namespace, labels)), key=lambda o: o.rank
+        )
+        merged = self.rules.model_dump(by_alias=True)
+        origin: dict[tuple[str, str], str] = {}
+        rank_of: dict[tuple[str, str], tuple[int, int]] = {}
+        conflicts: list[str] = []
+        for override in matching:
+            for rule_id, settings in override.rules.items():
+                for setting, value in settings.items():
+                    where = (rule_id, setting)
+                    if rank_of.get(where) == override.rank and merged[rule_id][setting] != value:
+                        conflicts.append(
+                            f"{rule_id}.{setting}: overrides {origin[where]!r} and "
+                            f"{override.name!r} are equally specific for namespace {namespace}"
+                        )
+                    merged[rule_id][setting] = value
+                    origin[where] = override.name
+                    rank_of[where] = override.rank
+        rules = self.model_copy(update={"rules": Rules.model_validate(merged), "overrides": []})
+        return Resolved(rules, origin, tuple(conflicts))

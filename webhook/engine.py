@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.checks import MUTATIONS, VALIDATIONS
-from webhook.config import RuleSet
+from webhook.config import RuleSet, matches_any
 from webhook.findings import Finding
 from webhook.patch import diff, working_copy
 from webhook.podviews import PodView, pod_views
 
-__all__ = ["Judged", "Outcome", "Subject", "evaluate", "mutate", "validate"]
+__all__ = ["Judged", "Outcome", "Subject", "evaluate", "mutate", "scope", "validate"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +29,8 @@ class Subject:
     namespace: str
     operation: str = "CREATE"
     old_obj: Any = None
+    # None when unknown (no cluster facts): selectors on namespace labels then match nothing.
+    namespace_labels: dict[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,28 +63,49 @@ class Outcome:
         return not any(j.mode == "enforce" for j in self.judged)
 
 
-def _views_to_check(subject: Subject, rules: RuleSet) -> list[PodView]:
-    """The pod specs this request may change or be judged on.
+def _exempt_namespace(subject: Subject, rules: RuleSet) -> bool:
+    ex = rules.exemptions
+    if matches_any(subject.namespace, ex.namespaces):
+        return True
+    labels = subject.namespace_labels
+    return (
+        ex.namespace_selector is not None
+        and labels is not None
+        and (ex.namespace_selector.matches(labels))
+    )
+
+
+def _exempt_pod(view: PodView, namespace: str, rules: RuleSet) -> bool:
+    ex = rules.exemptions
+    if ex.pod_selector is not None and ex.pod_selector.matches(view.labels):
+        return True
+    if ex.service_accounts:
+        account = view.spec.get("serviceAccountName") or "default"
+        return matches_any(f"{namespace}/{account}", ex.service_accounts)
+    return False
+
+
+def scope(subject: Subject, rules: RuleSet) -> tuple[RuleSet, list[PodView]]:
+    """The rules in force for the subject's namespace, and the pod specs they apply to.
 
     Pods: CREATE only (a pod's spec is immutable, and a patch on UPDATE would break an innocent
     label change). Controllers: CREATE, and UPDATE only for templates that changed, so an old
     non-compliant Deployment can still be scaled or relabelled.
     """
-    if subject.namespace in rules.exempt_namespaces:
-        return []
-    if subject.operation == "CREATE":
-        return pod_views(
-            subject.obj, group=subject.group, kind=subject.kind, is_gpu=rules.is_gpu_resource
-        )
-    if subject.operation != "UPDATE" or subject.kind == "Pod":
-        return []
+    if _exempt_namespace(subject, rules):
+        return rules, []
+    rules = rules.resolve(subject.namespace, subject.namespace_labels).rules
+    if subject.operation not in ("CREATE", "UPDATE"):
+        return rules, []
+    if subject.operation == "UPDATE" and subject.kind == "Pod":
+        return rules, []
     views = pod_views(
         subject.obj, group=subject.group, kind=subject.kind, is_gpu=rules.is_gpu_resource
     )
-    if not views or subject.old_obj is None:
-        return views
-    old_specs = {v.pointer: v.spec for v in _old_views(subject, rules)}
-    return [v for v in views if old_specs.get(v.pointer) != v.spec]
+    if subject.operation == "UPDATE" and views and subject.old_obj is not None:
+        old_specs = {v.pointer: v.spec for v in _old_views(subject, rules)}
+        views = [v for v in views if old_specs.get(v.pointer) != v.spec]
+    return rules, [v for v in views if not _exempt_pod(v, subject.namespace, rules)]
 
 
 def _old_views(subject: Subject, rules: RuleSet) -> list[PodView]:
@@ -100,10 +123,11 @@ def mutate(subject: Subject, rules: RuleSet) -> list[dict[str, Any]]:
     Raises `UnreadableObject` for an object whose fields have impossible types.
     """
     patch: list[dict[str, Any]] = []
+    rules, views = scope(subject, rules)
     enabled = [m for m in MUTATIONS if m.enabled(rules)]
     if not enabled:
         return patch
-    for view in _views_to_check(subject, rules):
+    for view in views:
         if not view.asks_gpu:
             continue
         work = working_copy(view.spec)
@@ -116,9 +140,10 @@ def mutate(subject: Subject, rules: RuleSet) -> list[dict[str, Any]]:
 def validate(subject: Subject, rules: RuleSet) -> list[Judged]:
     """Every finding of every rule not switched off, with its mode."""
     judged: list[Judged] = []
+    rules, views = scope(subject, rules)
     active = [(v, v.mode(rules)) for v in VALIDATIONS]
     active = [(v, mode) for v, mode in active if mode != "off"]
-    for view in _views_to_check(subject, rules):
+    for view in views:
         gpu = view.asks_gpu
         for validation, mode in active:
             if validation.gpu_only and not gpu:

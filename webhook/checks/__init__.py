@@ -27,8 +27,9 @@ class Validation:
     gpu_only: bool  # True: skipped on pods that ask for no GPU (the fast path)
 
     def mode(self, rules: RuleSet) -> str:
+        """The rule's own mode under the rule set's global ceiling."""
         mode: str = getattr(rules.rules, self.rule.replace("-", "_")).mode
-        return mode
+        return rules.effective_mode(mode)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,8 +38,10 @@ class Mutation:
     apply: Callable[[dict[str, Any], PodView, RuleSet], None]
 
     def enabled(self, rules: RuleSet) -> bool:
+        if not rules.mutations_on:
+            return False
         cfg = getattr(rules.rules, self.rule.replace("-", "_"))
-        return bool(getattr(cfg, "fix", None) if self.rule == "gpu-requests-limits" else cfg.mutate)
+        return bool(cfg.fix if self.rule == "gpu-requests-limits" else cfg.mutate)
 
 
 # Order matters for mutations: limits are fixed first so later rules see the GPU in limits.
