@@ -35,10 +35,10 @@ import sys
 import tempfile
 import time
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import orjson
 
@@ -621,8 +621,86 @@ def run_floor_server(port: int, cert: str, key: str) -> int:
     return 0
 
 
+Send = Callable[[bytes], Awaitable[tuple[int, bytes]]]
+
+
+class RawConnection(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection, request/response in lock-step (no pipelining).
+
+    `--client raw`: the same bytes on the wire as aiohttp sends, for a fraction of the client
+    CPU, so the floor can be measured where the aiohttp client saturates its core first.
+    Responses must carry Content-Length (aiohttp's web.Response always does).
+    """
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.buf = bytearray()
+        self.waiter: asyncio.Future[tuple[int, bytes]] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is duck-typed
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        end = self.buf.find(b"\r\n\r\n")
+        if end < 0 or self.waiter is None or self.waiter.done():
+            return
+        head = bytes(self.buf[:end]).lower()
+        at = head.find(b"\r\ncontent-length:")
+        if at < 0:
+            self.waiter.set_exception(ConnectionError("response without Content-Length"))
+            return
+        stop = head.find(b"\r\n", at + 2)  # "\r\ncontent-length:" is 17 bytes
+        length = int(head[at + 17 : stop if stop >= 0 else None])
+        if len(self.buf) < end + 4 + length:
+            return
+        body = bytes(self.buf[end + 4 : end + 4 + length])
+        del self.buf[: end + 4 + length]
+        self.waiter.set_result((int(head[9:12]), body))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(exc or ConnectionError("server closed the connection"))
+
+    async def request(self, data: bytes) -> tuple[int, bytes]:
+        assert self.transport is not None
+        loop = asyncio.get_running_loop()
+        self.waiter = loop.create_future()
+        self.transport.write(data)
+        timer = loop.call_later(REQUEST_TIMEOUT, self.waiter.cancel)
+        try:
+            return await self.waiter
+        except asyncio.CancelledError:
+            raise TimeoutError(f"no response within {REQUEST_TIMEOUT:g} s") from None
+        finally:
+            timer.cancel()
+
+
+def _raw_sender(port: int, ctx: ssl.SSLContext, prefix: bytes, suffix: bytes) -> Send:
+    """A `Send` over its own RawConnection, reconnecting when the server closes it."""
+    conn: RawConnection | None = None
+
+    async def send(uid: bytes) -> tuple[int, bytes]:
+        nonlocal conn
+        if conn is None or conn.transport is None:
+            loop = asyncio.get_running_loop()
+            _, conn = await loop.create_connection(
+                RawConnection, "127.0.0.1", port, ssl=ctx, server_hostname="127.0.0.1"
+            )
+        try:
+            return await conn.request(prefix + uid + suffix)
+        except BaseException:
+            if conn.transport is not None:
+                conn.transport.abort()
+            conn = None
+            raise
+
+    return send
+
+
 async def _drive(spec: dict[str, Any], t_start: float, t_end: float) -> dict[str, Any]:
-    """N workers over one keep-alive pool; requests finishing in [t_start, t_end) are counted.
+    """N workers, each on one keep-alive connection; requests ending in [t_start, t_end) count.
 
     Lean on purpose (pre-encoded body halves, uid spliced in as bytes, no cookie jar, orjson):
     the client shares the machine with the server and must not be the thing measured.
@@ -630,11 +708,13 @@ async def _drive(spec: dict[str, Any], t_start: float, t_end: float) -> dict[str
     import aiohttp
 
     head, tail_ = spec["body"].encode().split(UID_MARK.encode())
-    url = spec["url"]
+    port: int = spec["port"]
+    path: str = spec["path"]
     check_uid: bool = spec["check_uid"]
     cap: int = spec["max_requests"]
     tag: int = spec["tag"]
     concurrency: int = spec["concurrency"]
+    ctx = _ssl_client_context(Path(spec["ca"]))
     clock = time.monotonic
     latencies = array("d")
     state = {"issued": 0, "ok": 0, "errors": 0}
@@ -645,49 +725,57 @@ async def _drive(spec: dict[str, Any], t_start: float, t_end: float) -> dict[str
         if len(samples) < 5:
             samples.append({"kind": kind, "uid": uid, **detail})
 
-    connector = aiohttp.TCPConnector(
-        limit=concurrency, ssl=_ssl_client_context(Path(spec["ca"])), ttl_dns_cache=None
-    )
-    async with aiohttp.ClientSession(
-        connector=connector,
-        headers=APISERVER_HEADERS,
-        timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT),
-        cookie_jar=aiohttp.DummyCookieJar(),
-    ) as session:
-
-        async def worker(w: int) -> None:
-            n = 0
-            while state["issued"] < cap and clock() < t_end:
-                state["issued"] += 1
-                n += 1
-                uid = b"%08x-%04x-4000-8000-%012x" % (tag, w, n)
-                uid_s = uid.decode()
-                body = head + uid + tail_
-                t0 = clock()
+    async def worker(w: int, send: Send) -> None:
+        n = 0
+        while state["issued"] < cap and clock() < t_end:
+            state["issued"] += 1
+            n += 1
+            uid = b"%08x-%04x-4000-8000-%012x" % (tag, w, n)
+            t0 = clock()
+            try:
+                status, data = await send(uid)
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                error("exception", uid.decode(), error=repr(exc))
+                continue
+            t1 = clock()
+            if status != 200:
+                error("status", uid.decode(), status=status, body=data[:500].decode("replace"))
+                continue
+            if check_uid:
                 try:
-                    async with session.post(url, data=body) as resp:
-                        status = resp.status
-                        data = await resp.read()
-                except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-                    error("exception", uid_s, error=repr(exc))
+                    echoed = orjson.loads(data)["response"]["uid"]
+                except (orjson.JSONDecodeError, KeyError, TypeError):
+                    echoed = None
+                if echoed != uid.decode():
+                    error("uid", uid.decode(), echoed=echoed, body=data[:500].decode("replace"))
                     continue
-                t1 = clock()
-                if status != 200:
-                    error("status", uid_s, status=status, body=data[:500].decode(errors="replace"))
-                    continue
-                if check_uid:
-                    try:
-                        echoed = orjson.loads(data)["response"]["uid"]
-                    except (orjson.JSONDecodeError, KeyError, TypeError):
-                        echoed = None
-                    if echoed != uid_s:
-                        error("uid", uid_s, echoed=echoed, body=data[:500].decode(errors="replace"))
-                        continue
-                if t_start <= t1 < t_end:
-                    state["ok"] += 1
-                    latencies.append(t1 - t0)
+            if t_start <= t1 < t_end:
+                state["ok"] += 1
+                latencies.append(t1 - t0)
 
-        await asyncio.gather(*(worker(w) for w in range(concurrency)))
+    if spec["client"] == "raw":
+        length = len(head) + len(tail_) + len(b"%08x-%04x-4000-8000-%012x" % (0, 0, 0))
+        headers = "".join(f"{k}: {v}\r\n" for k, v in APISERVER_HEADERS.items())
+        prefix = (
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{headers}"
+            f"Accept-Encoding: gzip\r\nContent-Length: {length}\r\n\r\n"
+        ).encode() + head
+        senders = [_raw_sender(port, ctx, prefix, tail_) for _ in range(concurrency)]
+        await asyncio.gather(*(worker(w, s) for w, s in enumerate(senders)))
+    else:
+        url = f"https://127.0.0.1:{port}{path}"
+        async with aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=concurrency, ssl=ctx),
+            headers=APISERVER_HEADERS,
+            timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT),
+            cookie_jar=aiohttp.DummyCookieJar(),
+        ) as session:
+
+            async def send(uid: bytes) -> tuple[int, bytes]:
+                async with session.post(url, data=head + uid + tail_) as resp:
+                    return resp.status, await resp.read()
+
+            await asyncio.gather(*(worker(w, send) for w in range(concurrency)))
     return {
         "ok": state["ok"],
         "errors": state["errors"],
@@ -795,7 +883,9 @@ class Bench:
         for share in shares:
             self.tag += 1
             spec = {
-                "url": f"https://127.0.0.1:{port}/{endpoint}?timeout=10s",
+                "port": port,
+                "path": f"/{endpoint}?timeout=10s",
+                "client": self.args.client,
                 "ca": str(self.ca),
                 "body": body.decode(),
                 "check_uid": check_uid,
@@ -1057,8 +1147,8 @@ def run_bench(args: argparse.Namespace) -> int:
 
             print(f"gpu-admission load benchmark — {machine()}")
             print(
-                f"server pinned to core {server_core}, {args.clients} client process(es) "
-                f"pinned to core {bench.client_core}; {args.warmup:g} s warm-up + "
+                f"server pinned to core {server_core}, {args.clients} {args.client} client "
+                f"process(es) pinned to core {bench.client_core}; {args.warmup:g} s warm-up + "
                 f"{args.duration:g} s per run, at most {args.max_requests} requests per run\n"
             )
             chosen = [sc for sc in SCENARIOS if not args.scenario or sc.name in args.scenario]
@@ -1134,6 +1224,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         choices=[sc.name for sc in SCENARIOS],
         help="run only this scenario (repeatable; default: all)",
+    )
+    p.add_argument(
+        "--client",
+        choices=["aiohttp", "raw"],
+        default="aiohttp",
+        help="aiohttp ClientSession (default) or a minimal HTTP/1.1 client that needs less CPU",
     )
     p.add_argument(
         "--settle",

@@ -36,13 +36,33 @@ def test_rules_may_be_split_across_files(tmp_path: Path) -> None:
 
 
 BROKEN = {
-    "typo in a field": ("rules:\n  gpu-shm:\n    maxSise: 4Gi\n", "rules.gpu-shm.maxSise"),
-    "unknown rule": ("rules:\n  gpu-shmm: {}\n", "rules.gpu-shmm"),
-    "wrong mode": ("rules:\n  privileged-gpu:\n    mode: deny\n", "rules.privileged-gpu.mode"),
-    "bad quantity": ("rules:\n  gpu-shm:\n    minSize: lots\n", "rules.gpu-shm.minSize"),
+    "typo in a field": (
+        "rules:\n  gpu-shm:\n    maxSise: 4Gi\n",
+        "a.yaml:3: rules.gpu-shm.maxSise: Extra inputs are not permitted; expected one of: "
+        "mutate, volumeName, memoryFraction, minSize, maxSize, defaultSize",
+    ),
+    "unknown rule": ("rules:\n  gpu-shmm: {}\n", "a.yaml:2: rules.gpu-shmm"),
+    "wrong mode": (
+        "rules:\n  privileged-gpu:\n    mode: deny\n",
+        "a.yaml:3: rules.privileged-gpu.mode: Input should be 'enforce', 'warn', 'audit' or 'off'",
+    ),
+    "wrong type": ("rules:\n  gpu-shm:\n    memoryFraction: half\n", "a.yaml:3: rules.gpu-shm"),
+    "bad quantity": ("rules:\n  gpu-shm:\n    minSize: lots\n", "a.yaml:3: rules.gpu-shm.minSize"),
     "min above max": ("rules:\n  gpu-shm:\n    minSize: 32Gi\n", "larger than maxSize"),
+    "bad selector": (
+        "exemptions:\n  podSelector:\n    matchExpressions:\n      - {key: a, operator: In}\n",
+        "a.yaml:4: exemptions.podSelector.matchExpressions.0: Value error, operator In needs",
+    ),
+    "override typo": (
+        "overrides:\n  - name: x\n    namespaces: [a]\n    rules:\n      gpu-shm: {maxSise: 1Gi}\n",
+        "a.yaml:2: overrides.0: Value error, rules.gpu-shm.maxSise: Extra inputs",
+    ),
+    "override selects nothing": (
+        "overrides:\n  - name: x\n    rules: {}\n",
+        "a.yaml:2: overrides.0: Value error, an override needs namespaces or a namespaceSelector",
+    ),
     "not yaml": ("rules: [unclosed\n", "a.yaml"),
-    "not a mapping": ("- 1\n- 2\n", "expected a mapping"),
+    "not a mapping": ("- 1\n- 2\n", "a.yaml:1: expected a mapping"),
 }
 
 
@@ -65,5 +85,7 @@ def test_a_rule_set_twice_in_two_files_is_refused(tmp_path: Path) -> None:
             "b.yaml": "rules:\n  gpu-shm:\n    maxSize: 8Gi\n",
         },
     )
-    with pytest.raises(RuleFileError, match=r"b\.yaml: rules\.gpu-shm is already set in .*a\.yaml"):
+    with pytest.raises(
+        RuleFileError, match=r"b\.yaml:2: rules\.gpu-shm is already set in .*a\.yaml"
+    ):
         load_rules(folder)

@@ -6,6 +6,10 @@ from `/validate`, so kubectl never shows a warning twice. Deny beats warn beats 
 
 from __future__ import annotations
 
+import logging
+
+import orjson
+
 from webhook.config import RuleSet
 from webhook.engine import Judged, Subject, mutate, validate
 from webhook.findings import Finding
@@ -16,6 +20,8 @@ __all__ = ["MAX_WARNINGS", "answer_mutate", "answer_validate", "subject_of"]
 
 # kubectl prints every warning on its own line; past a handful they stop being read.
 MAX_WARNINGS = 5
+
+decisions = logging.getLogger("gpu-admission.decisions")
 
 
 def subject_of(request: AdmissionRequest) -> Subject | None:
@@ -75,6 +81,28 @@ def _annotations(judged: list[Judged]) -> dict[str, str]:
     return out
 
 
+def _log_decision(request: AdmissionRequest, judged: list[Judged], *, allowed: bool) -> None:
+    """One structured line per judged object: what shadow (audit) mode is read back from."""
+    if not decisions.isEnabledFor(logging.INFO):
+        return
+    obj = request.object if isinstance(request.object, dict) else {}
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    line = {
+        "event": "admission",
+        "uid": request.uid,
+        "kind": request.kind.kind,
+        "namespace": request.namespace,
+        "name": request.name or meta.get("name") or meta.get("generateName", ""),
+        "operation": request.operation,
+        "dryRun": request.dry_run,
+        "allowed": allowed,
+        "findings": [
+            {"rule": j.finding.rule, "mode": j.mode, "field": j.finding.field} for j in judged
+        ],
+    }
+    decisions.info(orjson.dumps(line).decode())
+
+
 def answer_validate(request: AdmissionRequest, rules: RuleSet) -> bytes:
     subject = subject_of(request)
     if subject is None:
@@ -88,6 +116,7 @@ def answer_validate(request: AdmissionRequest, rules: RuleSet) -> bytes:
     denials = [j.finding for j in judged if j.mode == "enforce"]
     warnings = [j.finding for j in judged if j.mode == "warn"]
     message = "\n".join(f.message() for f in denials)
+    _log_decision(request, judged, allowed=not denials)
     return encode(
         request.uid,
         allowed=not denials,

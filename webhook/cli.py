@@ -1,8 +1,9 @@
-"""`gpu-admission` command line: certs and serve (audit and rules come with their issues)."""
+"""`gpu-admission` command line: certs, serve and rules."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from pathlib import Path
@@ -49,6 +50,34 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _labels(text: str | None) -> dict[str, str] | None:
+    if text is None:
+        return None
+    pairs = [p for p in text.split(",") if p]
+    if any("=" not in p for p in pairs):
+        raise SystemExit(f"gpu-admission: --labels takes k=v,k=v; got {text!r}")
+    return dict(p.split("=", 1) for p in pairs)
+
+
+def _rules(args: argparse.Namespace) -> int:
+    from webhook import rulecli
+
+    folder = Path(args.dir)
+    if args.rules_command == "check":
+        return rulecli.check(folder, sys.stdout)
+    if args.rules_command == "schema":
+        text = json.dumps(rulecli.schema(), indent=2) + "\n"
+        if args.out:
+            Path(args.out).write_text(text)
+        else:
+            sys.stdout.write(text)
+        return 0
+    if args.rules_command == "test":
+        cases = [Path(c) for c in args.cases] or [folder / "tests"]
+        return rulecli.test(folder, cases, sys.stdout)
+    return rulecli.explain(folder, args.namespace, _labels(args.labels), sys.stdout)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpu-admission",
@@ -80,12 +109,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     srv.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     srv.set_defaults(func=_serve)
+    rules = sub.add_parser("rules", help="check, test and explain rule files")
+    rules_sub = rules.add_subparsers(dest="rules_command", required=True)
+    chk = rules_sub.add_parser("check", help="validate a rule folder (exit 1 on any error)")
+    chk.add_argument("dir", nargs="?", default="rules")
+    sch = rules_sub.add_parser("schema", help="print the JSON Schema of rule files")
+    sch.add_argument("dir", nargs="?", default="rules", help=argparse.SUPPRESS)
+    sch.add_argument("--out", help="write to this file instead of stdout")
+    tst = rules_sub.add_parser("test", help="run rule test cases (default: DIR/tests)")
+    tst.add_argument("dir", nargs="?", default="rules")
+    tst.add_argument("--cases", action="append", default=[], help="case file or folder")
+    exp = rules_sub.add_parser("explain", help="effective settings for one namespace")
+    exp.add_argument("dir", nargs="?", default="rules")
+    exp.add_argument("--namespace", required=True)
+    exp.add_argument("--labels", help="namespace labels, k=v,k=v")
+    rules.set_defaults(func=_rules)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    code: int = args.func(args)
+    try:
+        code: int = args.func(args)
+    except BrokenPipeError:  # `... | head` closed the pipe: not an error worth a traceback
+        return 0
     return code
 
 

@@ -43,6 +43,9 @@ class Judged:
 
 @dataclass(slots=True)
 class Outcome:
+    """Everything the webhook would decide about one object: the patch, then the verdicts."""
+
+    mutated: Any
     patch: list[dict[str, Any]] = field(default_factory=list)
     judged: list[Judged] = field(default_factory=list)
 
@@ -161,6 +164,5 @@ def evaluate(subject: Subject, rules: RuleSet) -> Outcome:
     if patch:
         import jsonpatch  # only the audits need it; the webhook path never applies patches
 
-        mutated = jsonpatch.apply_patch(subject.obj, patch)
-        subject = dataclasses.replace(subject, obj=mutated)
-    return Outcome(patch=patch, judged=validate(subject, rules))
+        subject = dataclasses.replace(subject, obj=jsonpatch.apply_patch(subject.obj, patch))
+    return Outcome(mutated=subject.obj, patch=patch, judged=validate(subject, rules))
