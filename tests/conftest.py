@@ -248,15 +248,16 @@ def webhook(certs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[W
 
 @pytest.fixture
 def webhook_with(certs: Path, tmp_path: Path) -> Iterator[Any]:
-    """Start a server whose rules are the defaults with `overrides` merged into `rules:`."""
+    """Start a server: the default rules, `rule_settings` merged into `rules:`, `top` set on top."""
     started: list[Webhook] = []
 
-    def start(overrides: dict[str, Any]) -> Webhook:
+    def start(rule_settings: dict[str, Any], **top: Any) -> Webhook:
         folder = tmp_path / f"rules{len(started)}"
         folder.mkdir()
         base = yaml.safe_load((ROOT / "rules" / "gpu-admission.yaml").read_text())
-        for rule, settings in overrides.items():
+        for rule, settings in rule_settings.items():
             base["rules"][rule] = {**base["rules"].get(rule, {}), **settings}
+        base.update(top)
         (folder / "rules.yaml").write_text(yaml.safe_dump(base))
         hook = start_webhook(certs, folder, tmp_path / f"server{len(started)}.log")
         started.append(hook)

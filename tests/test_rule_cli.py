@@ -1,0 +1,123 @@
+"""The rule-editing commands, run the way a platform engineer runs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from conftest import ROOT
+
+from webhook.rulecli import schema
+
+
+def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "webhook", "rules", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=60,
+    )
+
+
+def test_the_shipped_schema_is_in_sync_with_the_models() -> None:
+    shipped = json.loads((ROOT / "schema" / "rules.schema.json").read_text())
+    assert shipped == schema(), "run: gpu-admission rules schema --out schema/rules.schema.json"
+
+
+def test_the_shipped_rules_pass_check() -> None:
+    result = run("check", "rules")
+    assert result.returncode == 0, result.stdout
+    assert "valid rule set" in result.stdout
+
+
+def test_the_shipped_rule_tests_pass() -> None:
+    result = run("test", "rules")
+    assert result.returncode == 0, result.stdout
+    assert " 0 failed" in result.stdout
+    assert result.stdout.count("PASS") >= 10
+
+
+def test_a_broken_folder_fails_check_with_file_line_and_field(tmp_path: Path) -> None:
+    (tmp_path / "r.yaml").write_text("rules:\n  gpu-shm:\n    maxSise: 4Gi\n")
+    result = run("check", str(tmp_path))
+    assert result.returncode == 1
+    assert f"{tmp_path}/r.yaml:3: rules.gpu-shm.maxSise" in result.stdout
+
+
+def test_equally_specific_overrides_setting_one_value_twice_fail_check(tmp_path: Path) -> None:
+    (tmp_path / "r.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "overrides": [
+                    {"name": "a", "namespaces": ["ml"], "rules": {"gpu-shm": {"maxSize": "8Gi"}}},
+                    {"name": "b", "namespaces": ["ml"], "rules": {"gpu-shm": {"maxSize": "4Gi"}}},
+                ]
+            }
+        )
+    )
+    result = run("check", str(tmp_path))
+    assert result.returncode == 1
+    assert "overrides 'a' and 'b' both set gpu-shm.maxSize for ml" in result.stdout
+
+
+def test_a_failing_case_prints_fail_with_a_diff(tmp_path: Path) -> None:
+    case = {
+        "cases": [
+            {
+                "name": "expects the wrong shm size",
+                "object": {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": "p"},
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "a",
+                                "image": "x",
+                                "resources": {"limits": {"nvidia.com/gpu": 1}},
+                            }
+                        ]
+                    },
+                },
+                "expect": {"allowed": False, "object": {"kind": "Pod"}},
+            }
+        ]
+    }
+    (tmp_path / "case.yaml").write_text(yaml.safe_dump(case))
+    result = run("test", "rules", "--cases", str(tmp_path / "case.yaml"))
+    assert result.returncode == 1
+    assert "FAIL expects the wrong shm size" in result.stdout
+    assert "allowed: expected False, got True" in result.stdout
+    assert "    +      sizeLimit: 8Gi\n" in result.stdout  # the diff shows what came out
+    assert "0 passed, 1 failed" in result.stdout
+
+
+def test_explain_shows_where_each_setting_comes_from(tmp_path: Path) -> None:
+    (tmp_path / "base.yaml").write_text("rules:\n  gpu-shm:\n    maxSize: 32Gi\n")
+    (tmp_path / "team.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "overrides": [
+                    {
+                        "name": "research",
+                        "namespaceSelector": {"matchLabels": {"team": "research"}},
+                        "rules": {"gpu-shm": {"maxSize": "64Gi"}},
+                    }
+                ]
+            }
+        )
+    )
+    research = run("explain", str(tmp_path), "--namespace", "r1", "--labels", "team=research")
+    assert research.returncode == 0, research.stdout
+    assert "maxSize: \"64Gi\"    # override 'research'" in research.stdout
+    assert 'minSize: "1Gi"    # built-in default' in research.stdout
+
+    other = run("explain", str(tmp_path), "--namespace", "web")
+    assert f'maxSize: "32Gi"    # {tmp_path}/base.yaml:3' in other.stdout
+
+    exempt = run("explain", str(tmp_path), "--namespace", "kube-system")
+    assert "exempt" in exempt.stdout
