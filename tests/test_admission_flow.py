@@ -218,3 +218,14 @@ def test_a_rule_switched_off_says_nothing(webhook_with: Any) -> None:
 def test_health_and_readiness(webhook: Webhook) -> None:
     assert webhook.client.get(f"{webhook.url}/healthz").status_code == 200
     assert webhook.client.get(f"{webhook.url}/readyz").status_code == 200
+
+
+def test_mutate_annotates_exactly_the_rules_that_changed_the_object(webhook: Webhook) -> None:
+    answer = webhook.mutate(gpu_pod())
+    assert answer.raw["auditAnnotations"] == {
+        "gpu-tolerations": "mutated",
+        "gpu-shm": "mutated",
+        "gpu-probe-delays": "mutated",
+    }
+    again = webhook.mutate(answer.apply(gpu_pod()))
+    assert "auditAnnotations" not in again.raw

@@ -55,10 +55,15 @@ def answer_mutate(request: AdmissionRequest, rules: RuleSet) -> bytes:
     if subject is None:
         return encode(request.uid, allowed=True)
     try:
-        patch = mutate(subject, rules)
+        mutated = mutate(subject, rules)
     except UnreadableObject as exc:
         return _unreadable(request, exc)
-    return encode(request.uid, allowed=True, patch=patch)
+    return encode(
+        request.uid,
+        allowed=True,
+        patch=mutated.patch,
+        audit_annotations={rule: "mutated" for rule in mutated.rules} or None,
+    )
 
 
 def _warnings(findings: list[Finding]) -> list[str]:

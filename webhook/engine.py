@@ -16,7 +16,7 @@ from webhook.findings import Finding
 from webhook.patch import diff, working_copy
 from webhook.podviews import PodView, pod_views
 
-__all__ = ["Judged", "Outcome", "Subject", "evaluate", "mutate", "scope", "validate"]
+__all__ = ["Judged", "Mutated", "Outcome", "Subject", "evaluate", "mutate", "scope", "validate"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,24 +120,33 @@ def _old_views(subject: Subject, rules: RuleSet) -> list[PodView]:
         return []  # an unreadable old object: treat every template as changed
 
 
-def mutate(subject: Subject, rules: RuleSet) -> list[dict[str, Any]]:
+@dataclass(slots=True)
+class Mutated:
+    """The patch, and the ids of the rules that changed something (for audit annotations)."""
+
+    patch: list[dict[str, Any]] = field(default_factory=list)
+    rules: list[str] = field(default_factory=list)
+
+
+def mutate(subject: Subject, rules: RuleSet) -> Mutated:
     """The JSON patch that makes every GPU pod spec in the subject right for GPU nodes.
 
     Raises `UnreadableObject` for an object whose fields have impossible types.
     """
-    patch: list[dict[str, Any]] = []
+    out = Mutated()
     rules, views = scope(subject, rules)
     enabled = [m for m in MUTATIONS if m.enabled(rules)]
     if not enabled:
-        return patch
+        return out
     for view in views:
         if not view.asks_gpu:
             continue
         work = working_copy(view.spec)
         for mutation in enabled:
-            mutation.apply(work, view, rules)
-        patch.extend(diff(view.spec, work, view.pointer))
-    return patch
+            if mutation.apply(work, view, rules) and mutation.rule not in out.rules:
+                out.rules.append(mutation.rule)
+        out.patch.extend(diff(view.spec, work, view.pointer))
+    return out
 
 
 def validate(subject: Subject, rules: RuleSet) -> list[Judged]:
@@ -160,7 +169,7 @@ def evaluate(subject: Subject, rules: RuleSet) -> Outcome:
 
     The validating webhook sees the mutated object, so the audit must judge that one too.
     """
-    patch = mutate(subject, rules)
+    patch = mutate(subject, rules).patch
     if patch:
         import jsonpatch  # only the audits need it; the webhook path never applies patches
 

@@ -35,7 +35,7 @@ class Validation:
 @dataclass(frozen=True, slots=True)
 class Mutation:
     rule: str
-    apply: Callable[[dict[str, Any], PodView, RuleSet], None]
+    apply: Callable[[dict[str, Any], PodView, RuleSet], bool]  # True when it changed something
 
     def enabled(self, rules: RuleSet) -> bool:
         if not rules.mutations_on:

@@ -44,7 +44,8 @@ def needed_tolerations(pod: PodView, rules: RuleSet) -> list[TolerationSpec]:
     ]
 
 
-def add_gpu_tolerations(spec: dict[str, Any], pod: PodView, rules: RuleSet) -> None:
+def add_gpu_tolerations(spec: dict[str, Any], pod: PodView, rules: RuleSet) -> bool:
+    changed = False
     for wanted in needed_tolerations(pod, rules):
         current = spec.get("tolerations") or []
         if any(tolerates(t, key=wanted.key, effect=wanted.effect) for t in current):
@@ -53,6 +54,8 @@ def add_gpu_tolerations(spec: dict[str, Any], pod: PodView, rules: RuleSet) -> N
             *current,
             {"key": wanted.key, "operator": "Exists", "effect": wanted.effect},
         ]
+        changed = True
+    return changed
 
 
 def _gpu_taint_keys(rules: RuleSet) -> set[str]:

@@ -15,7 +15,8 @@ __all__ = ["adjust_probes", "readiness_probe"]
 _HANDLERS = ("exec", "httpGet", "tcpSocket", "grpc")
 
 
-def _raise_delays(container: dict[str, Any], cfg: ProbesRule) -> None:
+def _raise_delays(container: dict[str, Any], cfg: ProbesRule) -> bool:
+    changed = False
     for probe_name, floor in (
         ("readinessProbe", cfg.readiness_min_delay_seconds),
         ("livenessProbe", cfg.liveness_min_delay_seconds),
@@ -26,9 +27,11 @@ def _raise_delays(container: dict[str, Any], cfg: ProbesRule) -> None:
         current = probe.get("initialDelaySeconds")
         if not isinstance(current, int) or isinstance(current, bool) or current < floor:
             container[probe_name] = {**probe, "initialDelaySeconds": floor}
+            changed = True
+    return changed
 
 
-def _add_startup_probe(container: dict[str, Any], cfg: ProbesRule) -> None:
+def _add_startup_probe(container: dict[str, Any], cfg: ProbesRule) -> bool:
     """Kubernetes' own answer to slow starts: a startupProbe holds the others off until it passes.
 
     It reuses the handler of the liveness probe (or readiness probe), so it checks the same
@@ -36,10 +39,10 @@ def _add_startup_probe(container: dict[str, Any], cfg: ProbesRule) -> None:
     """
     source = container.get("livenessProbe") or container.get("readinessProbe")
     if not source:
-        return
+        return False
     handler = {k: source[k] for k in _HANDLERS if k in source}
     if not handler:
-        return
+        return False
     period = cfg.startup_period_seconds
     container["startupProbe"] = {
         **handler,
@@ -47,19 +50,22 @@ def _add_startup_probe(container: dict[str, Any], cfg: ProbesRule) -> None:
         "failureThreshold": max(1, -(-cfg.startup_budget_seconds // period)),
         "successThreshold": 1,
     }
+    return True
 
 
-def adjust_probes(spec: dict[str, Any], pod: PodView, rules: RuleSet) -> None:
+def adjust_probes(spec: dict[str, Any], pod: PodView, rules: RuleSet) -> bool:
     """A container that already has a startupProbe is left alone: it holds the others off."""
     cfg = rules.rules.gpu_probe_delays
+    changed = False
     for c in gpu_containers(pod):
         container = spec[c.list_name][c.index]
         if container.get("startupProbe"):
             continue
         if cfg.strategy == "startup-probe":
-            _add_startup_probe(container, cfg)
+            changed |= _add_startup_probe(container, cfg)
         else:
-            _raise_delays(container, cfg)
+            changed |= _raise_delays(container, cfg)
+    return changed
 
 
 def readiness_probe(pod: PodView, rules: RuleSet) -> Iterator[Finding]:

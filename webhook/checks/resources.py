@@ -27,8 +27,9 @@ def _show(value: Fraction) -> str:
     return str(value.numerator) if value.denominator == 1 else str(float(value))
 
 
-def copy_requests_to_limits(spec: dict[str, Any], pod: PodView, rules: RuleSet) -> None:
+def copy_requests_to_limits(spec: dict[str, Any], pod: PodView, rules: RuleSet) -> bool:
     """A GPU only in requests is the usual slip; limits are what the device plugin reads."""
+    changed = False
     for c in pod.containers:
         missing = {n: v for n, v in c.raw_gpu_requests.items() if n not in c.raw_gpu_limits}
         if not missing:
@@ -39,6 +40,8 @@ def copy_requests_to_limits(spec: dict[str, Any], pod: PodView, rules: RuleSet) 
         limits = resources.get("limits") or {}
         resources["limits"] = limits
         limits.update(missing)
+        changed = True
+    return changed
 
 
 def requests_equal_limits(pod: PodView, rules: RuleSet) -> Iterator[Finding]:

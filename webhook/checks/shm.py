@@ -64,7 +64,7 @@ def _free_volume_name(spec: dict[str, Any], base: str) -> str:
     return f"{base}-{n}"
 
 
-def add_shm(spec: dict[str, Any], pod: PodView, rules: RuleSet) -> None:
+def add_shm(spec: dict[str, Any], pod: PodView, rules: RuleSet) -> bool:
     """One shared volume for every GPU container without a /dev/shm mount.
 
     Existing volumes and mounts are never changed: a container that mounts anything at
@@ -72,7 +72,7 @@ def add_shm(spec: dict[str, Any], pod: PodView, rules: RuleSet) -> None:
     """
     needing = [c for c in gpu_containers(pod) if not mounts_shm(c.raw)]
     if not needing:
-        return
+        return False
     name = _free_volume_name(spec, rules.rules.gpu_shm.volume_name)
     size = min(shm_size(c, rules) for c in needing)
     spec["volumes"] = [
@@ -85,3 +85,4 @@ def add_shm(spec: dict[str, Any], pod: PodView, rules: RuleSet) -> None:
             *(container.get("volumeMounts") or []),
             {"name": name, "mountPath": SHM_PATH},
         ]
+    return True
