@@ -4,9 +4,9 @@
 The webhook runs as its own process pinned to core 0 and the load comes from separate client
 processes pinned to core 1, over HTTPS with keep-alive, so the numbers are those of one webhook
 replica on one core. Every run is compared with a "floor": a bare aiohttp TLS server (same
-core, same uvloop, same certificate) that reads the body and returns a fixed answer. The floor
-is the most one Python process can serve, so "% of floor" is the share of capacity left after
-the webhook's own work (decode, rules, patch).
+core, same uvloop, same certificate) that reads the body and returns a fixed answer: what
+HTTPS + aiohttp alone cost. "% of floor" is how much of that throughput the webhook keeps
+once its own work (decode, rules, patch) is added.
 
 The client and server CPU use of every measured window is read from /proc, so the output says
 which side was the bottleneck instead of assuming the server was.
@@ -627,8 +627,8 @@ Send = Callable[[bytes], Awaitable[tuple[int, bytes]]]
 class RawConnection(asyncio.Protocol):
     """One keep-alive HTTP/1.1 connection, request/response in lock-step (no pipelining).
 
-    `--client raw`: the same bytes on the wire as aiohttp sends, for a fraction of the client
-    CPU, so the floor can be measured where the aiohttp client saturates its core first.
+    `--client raw`: the same request line, headers and body as the aiohttp client, for a
+    fraction of its CPU, so the floor is measured where the aiohttp client saturates first.
     Responses must carry Content-Length (aiohttp's web.Response always does).
     """
 
@@ -795,8 +795,8 @@ def run_client_worker() -> int:
 
     sys.stdout.write("ready\n")
     sys.stdout.flush()
-    go = sys.stdin.readline().split()
-    if not go or go[0] != "go":
+    go = sys.stdin.buffer.readline().split()
+    if not go or go[0] != b"go":
         return 1
     result = uvloop.run(_drive(spec, float(go[1]), float(go[2])))
     sys.stdout.buffer.write(orjson.dumps(result) + b"\n")
@@ -825,6 +825,7 @@ class Result:
     cores: dict[int, tuple[float, float, float]] = field(default_factory=dict)
     samples: list[dict[str, Any]] = field(default_factory=list)
     floor_rps: float | None = None
+    capped: bool = False
 
     @property
     def bottleneck(self) -> str:
@@ -946,6 +947,7 @@ class Bench:
             other_cpu=before.other(after),
             cores=before.cores_usage(after),
             samples=[s for o in outs for s in o["samples"]],
+            capped=any(o["issued"] >= spec["max_requests"] for o in outs),
         )
 
 
@@ -957,7 +959,10 @@ def report_line(r: Result) -> str:
     return (
         f"  {r.scenario:<15} {r.endpoint:<9} c={r.concurrency:<3} {r.rps:7.0f} req/s  "
         f"p50 {r.p50_ms:6.2f} ms  p99 {r.p99_ms:6.2f} ms  errors {r.errors}  "
-        f"RSS {r.rss_mb:.1f} MB" + (f"  {r.pct_floor} of floor" if r.floor_rps else "") + "\n"
+        f"RSS {r.rss_mb:.1f} MB"
+        + (f"  {r.pct_floor} of floor" if r.floor_rps else "")
+        + ("  STOPPED by --max-requests before the window ended" if r.capped else "")
+        + "\n"
         f"      cpu: server {r.server_cpu:.0f}%, client {r.client_cpu:.0f}%, "
         f"other processes {r.other_cpu:.0f}% -> {r.bottleneck}  ({cores})"
     )

@@ -278,6 +278,29 @@ def schema_errors(obj: dict[str, Any]) -> list[str]:
     return []
 
 
+def pod_specs_as_pods(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each pod spec inside the object, wrapped as a Pod so the schema checks it as a PodSpec."""
+    from webhook.config import RuleSet
+    from webhook.podviews import group_of, pod_views
+
+    views = pod_views(
+        obj,
+        group=group_of(obj.get("apiVersion")),
+        kind=obj["kind"],
+        is_gpu=RuleSet().is_gpu_resource,
+    )
+    return {
+        v.pointer: {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": v.spec}
+        for v in views
+    }
+
+
 def assert_schema_valid(obj: dict[str, Any]) -> None:
-    errors = schema_errors(obj)
+    """Built-in kinds are checked whole; CRDs (no schema here) pod spec by pod spec."""
+    from webhook.podviews import BUILTIN_GROUPS, group_of
+
+    if group_of(obj.get("apiVersion")) in BUILTIN_GROUPS:
+        errors = schema_errors(obj)
+    else:
+        errors = [e for pod in pod_specs_as_pods(obj).values() for e in schema_errors(pod)]
     assert not errors, errors

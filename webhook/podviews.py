@@ -19,6 +19,7 @@ from typing import Any
 from webhook.quantity import QuantityError, parse_quantity
 
 __all__ = [
+    "BUILTIN_GROUPS",
     "POD_SPEC_PATHS",
     "ContainerView",
     "PodView",
@@ -31,8 +32,21 @@ __all__ = [
 
 _TEMPLATE = (("spec", "template", "spec"),)
 
+
+def _ray(*prefix: str) -> tuple[tuple[str, ...], ...]:
+    return (
+        (*prefix, "headGroupSpec", "template", "spec"),
+        (*prefix, "workerGroupSpecs", "*", "template", "spec"),
+    )
+
+
+def _replicas(field: str) -> tuple[tuple[str, ...], ...]:
+    return (("spec", field, "*", "template", "spec"),)
+
+
 # (API group, kind) -> path segments from the object root to each pod spec. "*" walks every
-# list item. The group matters: Volcano's batch.volcano.sh Job is not a batch/v1 Job.
+# list item or map value. The group matters: Volcano's batch.volcano.sh Job is not a batch/v1
+# Job. GPU CRDs are here too, so the webhook and the audit treat their pods like any other.
 POD_SPEC_PATHS: dict[tuple[str, str], tuple[tuple[str, ...], ...]] = {
     ("", "Pod"): (("spec",),),
     ("", "PodTemplate"): (("template", "spec"),),
@@ -43,7 +57,36 @@ POD_SPEC_PATHS: dict[tuple[str, str], tuple[tuple[str, ...], ...]] = {
     ("apps", "ReplicaSet"): _TEMPLATE,
     ("batch", "Job"): _TEMPLATE,
     ("batch", "CronJob"): (("spec", "jobTemplate", "spec", "template", "spec"),),
+    ("ray.io", "RayCluster"): _ray("spec"),
+    ("ray.io", "RayJob"): (
+        *_ray("spec", "rayClusterSpec"),
+        ("spec", "submitterPodTemplate", "spec"),
+    ),
+    ("ray.io", "RayService"): _ray("spec", "rayClusterConfig"),
+    ("kubeflow.org", "PyTorchJob"): _replicas("pytorchReplicaSpecs"),
+    ("kubeflow.org", "TFJob"): _replicas("tfReplicaSpecs"),
+    ("kubeflow.org", "MPIJob"): _replicas("mpiReplicaSpecs"),
+    ("kubeflow.org", "XGBoostJob"): _replicas("xgbReplicaSpecs"),
+    ("kubeflow.org", "PaddleJob"): _replicas("paddleReplicaSpecs"),
+    ("kubeflow.org", "JAXJob"): _replicas("jaxReplicaSpecs"),
+    # KServe inlines the pod spec into each component (containers, volumes, tolerations...).
+    ("serving.kserve.io", "InferenceService"): (
+        ("spec", "predictor"),
+        ("spec", "transformer"),
+        ("spec", "explainer"),
+    ),
+    ("jobset.x-k8s.io", "JobSet"): (
+        ("spec", "replicatedJobs", "*", "template", "spec", "template", "spec"),
+    ),
+    ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"): (
+        ("spec", "leaderWorkerTemplate", "leaderTemplate", "spec"),
+        ("spec", "leaderWorkerTemplate", "workerTemplate", "spec"),
+    ),
+    ("batch.volcano.sh", "Job"): (("spec", "tasks", "*", "template", "spec"),),
 }
+
+# Kinds whose pods come from a built-in controller: the apiserver knows their schema.
+BUILTIN_GROUPS = frozenset({"", "apps", "batch"})
 
 
 def group_of(api_version: object) -> str:
@@ -173,6 +216,9 @@ def _walk(
         if isinstance(node, list):
             for i, item in enumerate(node):
                 yield from _walk(item, rest, (*done, i))
+        elif isinstance(node, dict):  # replica-spec maps: {Master: {...}, Worker: {...}}
+            for key, item in node.items():
+                yield from _walk(item, rest, (*done, key))
         return
     if not isinstance(node, dict):
         if node is not None:

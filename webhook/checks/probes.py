@@ -68,9 +68,25 @@ def adjust_probes(spec: dict[str, Any], pod: PodView, rules: RuleSet) -> bool:
     return changed
 
 
+# Kinds that run long-lived servers. Batch kinds (Job, training jobs) never take traffic, and
+# KubeRay injects its own probes into Ray pods.
+SERVING_KINDS = frozenset(
+    {
+        "Pod",
+        "PodTemplate",
+        "Deployment",
+        "StatefulSet",
+        "ReplicaSet",
+        "ReplicationController",
+        "LeaderWorkerSet",
+        "InferenceService",
+    }
+)
+
+
 def readiness_probe(pod: PodView, rules: RuleSet) -> Iterator[Finding]:
     """Serving pods only: batch pods (restartPolicy Never/OnFailure) never take traffic."""
-    if pod.spec.get("restartPolicy") in ("Never", "OnFailure") or pod.kind in ("Job", "CronJob"):
+    if pod.kind not in SERVING_KINDS or pod.spec.get("restartPolicy") in ("Never", "OnFailure"):
         return
     for c in gpu_containers(pod):
         if not c.raw.get("readinessProbe"):
