@@ -1,4 +1,4 @@
-"""`gpu-admission` command line: certs, serve and rules."""
+"""`gpu-admission` command line: certs, serve, audit and rules."""
 
 from __future__ import annotations
 
@@ -78,6 +78,29 @@ def _rules(args: argparse.Namespace) -> int:
     return rulecli.explain(folder, args.namespace, _labels(args.labels), sys.stdout)
 
 
+def _audit(args: argparse.Namespace) -> int:
+    """Exit 0: nothing denied; 1: something would be denied (or warned, with --fail-on warn);
+    2: the input or the rules could not be read (the audit is incomplete)."""
+    from webhook.audit import audit
+    from webhook.manifests import read_sources
+    from webhook.reports import write_report
+    from webhook.rulefiles import RuleFileError, load_rules
+
+    try:
+        rules = load_rules(args.rules)
+    except RuleFileError as exc:
+        print(f"gpu-admission: the rules in {args.rules} cannot be loaded:\n{exc}", file=sys.stderr)
+        return 2
+    results = audit(read_sources(args.paths), rules, namespace=args.namespace)
+    colour = args.output == "table" and sys.stdout.isatty() and not args.no_colour
+    summary = write_report(results, fmt=args.output, out=sys.stdout, rules=rules, colour=colour)
+    if summary.errors:
+        return 2
+    if summary.denied or (args.fail_on == "warn" and summary.warned):
+        return 1
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpu-admission",
@@ -109,6 +132,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     srv.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     srv.set_defaults(func=_serve)
+    aud = sub.add_parser(
+        "audit",
+        help="evaluate manifests as the webhook would (exit 1 when something would be denied)",
+    )
+    aud.add_argument("paths", nargs="+", help="files or folders (recursive); - reads stdin")
+    aud.add_argument("--rules", default="rules", help="folder of rule files (default: rules)")
+    aud.add_argument(
+        "--output", "-o", default="table", choices=["table", "json", "junit", "policyreport"]
+    )
+    aud.add_argument("--namespace", default="default", help="namespace of objects that name none")
+    aud.add_argument("--fail-on", choices=["deny", "warn"], default="deny")
+    aud.add_argument("--no-colour", action="store_true", help="plain text even on a terminal")
+    aud.set_defaults(func=_audit)
+
     rules = sub.add_parser("rules", help="check, test and explain rule files")
     rules_sub = rules.add_subparsers(dest="rules_command", required=True)
     chk = rules_sub.add_parser("check", help="validate a rule folder (exit 1 on any error)")

@@ -1,0 +1,290 @@
+"""`gpu-admission audit`: same verdicts as the webhook, formats real parsers accept, no crashes."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+from conftest import CORPUS, ROOT, Webhook
+
+from webhook.audit import audit
+from webhook.manifests import read_sources
+from webhook.reports import write_report
+from webhook.rulefiles import load_rules
+
+GOLDEN = Path(__file__).parent / "audit_golden"
+MANIFESTS = CORPUS / "manifests"
+
+
+def run_audit(
+    *args: str, stdin: str | None = None, cwd: Path = ROOT
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "webhook", "audit", "--rules", str(ROOT / "rules"), *args],
+        capture_output=True,
+        text=True,
+        input=stdin,
+        cwd=cwd,
+        timeout=120,
+    )
+
+
+@pytest.fixture(scope="module")
+def corpus_audit() -> dict[str, Any]:
+    if not MANIFESTS.is_dir():
+        pytest.skip("../shared/corpus/manifests is absent")
+    result = run_audit(str(MANIFESTS), "-o", "json")
+    assert result.returncode in (1, 2), result.stderr  # the corpus has denials and bad files
+    return dict(json.loads(result.stdout))
+
+
+def _document(source: str) -> Any:
+    file, _, index = source.partition("#")
+    return list(yaml.safe_load_all(Path(file).read_text()))[int(index)]
+
+
+def test_the_audit_and_the_webhook_agree_on_every_corpus_object(
+    corpus_audit: dict[str, Any], webhook: Webhook
+) -> None:
+    assert corpus_audit["summary"]["objects"] > 50
+    for result in corpus_audit["results"]:
+        doc = _document(result["source"])
+        namespace = result["namespace"]
+        mutation = webhook.mutate(doc, namespace=namespace)
+        assert mutation.patch == result["patch"], result["source"]
+        verdict = webhook.validate(mutation.apply(doc), namespace=namespace)
+        assert verdict.allowed is result["allowed"], result["source"]
+        denied = {f["rule"] for f in result["findings"] if f["verdict"] == "deny"}
+        warned = {f["rule"] for f in result["findings"] if f["verdict"] == "warn"}
+        assert verdict.denied_rules == denied, result["source"]
+        assert verdict.warned_rules == warned, result["source"]
+
+
+def test_broken_corpus_files_are_reported_with_their_line(corpus_audit: dict[str, Any]) -> None:
+    errors = {e["source"].split("/")[-1]: e["message"] for e in corpus_audit["errors"]}
+    assert len(errors) == 3
+    assert all("not valid YAML at line " in m for m in errors.values())
+
+
+@pytest.mark.parametrize("fmt,golden", [("json", "expected.json"), ("junit", "expected.junit.xml")])
+def test_golden_outputs(fmt: str, golden: str) -> None:
+    result = run_audit("input.yaml", "-o", fmt, cwd=GOLDEN)
+    assert result.returncode == 1  # the Deployment asks for half a GPU
+    assert result.stdout == (GOLDEN / golden).read_text()
+
+
+def test_golden_policyreport() -> None:
+    rules = load_rules(ROOT / "rules")
+    out = io.StringIO()
+    cwd = os.getcwd()
+    os.chdir(GOLDEN)
+    try:
+        write_report(
+            audit(read_sources(["input.yaml"]), rules),
+            fmt="policyreport",
+            out=out,
+            rules=rules,
+            now=0,
+        )
+    finally:
+        os.chdir(cwd)
+    assert out.getvalue() == (GOLDEN / "expected.policyreport.yaml").read_text()
+
+
+def test_json_output_has_the_documented_shape() -> None:
+    doc = json.loads(run_audit("input.yaml", "-o", "json", cwd=GOLDEN).stdout)
+    assert set(doc) == {"summary", "results", "errors"}
+    assert set(doc["summary"]) == {"objects", "allowed", "denied", "warned", "mutated", "skipped"}
+    assert doc["summary"] == {
+        "objects": 3,
+        "allowed": 2,
+        "denied": 1,
+        "warned": 1,
+        "mutated": 2,
+        "skipped": 1,
+    }
+    for result in doc["results"]:
+        assert set(result) == {
+            "source",
+            "kind",
+            "namespace",
+            "name",
+            "allowed",
+            "findings",
+            "patch",
+        }
+        for finding in result["findings"]:
+            assert set(finding) == {"rule", "mode", "verdict", "path", "message"}
+            assert finding["verdict"] in ("deny", "warn", "audit")
+
+
+def test_junit_output_parses_and_counts_match() -> None:
+    root = ET.fromstring(run_audit("input.yaml", "-o", "junit", cwd=GOLDEN).stdout)
+    assert root.tag == "testsuites"
+    cases = root.findall("./testsuite/testcase")
+    assert int(root.get("tests", "0")) == len(cases) == 4
+    assert int(root.get("failures", "0")) == len(root.findall(".//failure")) == 1
+    assert int(root.get("skipped", "0")) == len(root.findall(".//skipped")) == 1
+
+
+# wgpolicyk8s.io/v1alpha2 PolicyReport, transcribed from the API types of the
+# kubernetes-sigs/wg-policy-prototypes project (policyreport_types.go).
+_OBJECT_REF = {
+    "type": "object",
+    "properties": {
+        k: {"type": "string"}
+        for k in ("apiVersion", "kind", "name", "namespace", "uid", "fieldPath", "resourceVersion")
+    },
+    "additionalProperties": False,
+}
+POLICY_REPORT_SCHEMA = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata"],
+    "additionalProperties": False,
+    "properties": {
+        "apiVersion": {"const": "wgpolicyk8s.io/v1alpha2"},
+        "kind": {"const": "PolicyReport"},
+        "metadata": {"type": "object", "required": ["name", "namespace"]},
+        "scope": _OBJECT_REF,
+        "scopeSelector": {"type": "object"},
+        "summary": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                k: {"type": "integer", "minimum": 0}
+                for k in ("pass", "fail", "warn", "error", "skip")
+            },
+        },
+        "results": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["policy"],
+                "additionalProperties": False,
+                "properties": {
+                    "source": {"type": "string"},
+                    "policy": {"type": "string"},
+                    "rule": {"type": "string"},
+                    "category": {"type": "string"},
+                    "severity": {"enum": ["critical", "high", "low", "medium", "info"]},
+                    "timestamp": {
+                        "type": "object",
+                        "required": ["seconds", "nanos"],
+                        "properties": {
+                            "seconds": {"type": "integer"},
+                            "nanos": {"type": "integer"},
+                        },
+                        "additionalProperties": False,
+                    },
+                    "result": {"enum": ["pass", "fail", "warn", "error", "skip"]},
+                    "scored": {"type": "boolean"},
+                    "resources": {"type": "array", "items": _OBJECT_REF},
+                    "resourceSelector": {"type": "object"},
+                    "message": {"type": "string"},
+                    "properties": {"type": "object", "additionalProperties": {"type": "string"}},
+                },
+            },
+        },
+    },
+}
+
+
+def test_policyreports_validate_against_the_report_schema(corpus_audit: dict[str, Any]) -> None:
+    result = run_audit(str(MANIFESTS), "-o", "policyreport")
+    reports = [r for r in yaml.safe_load_all(result.stdout) if r]
+    assert reports
+    for report in reports:
+        jsonschema.validate(report, POLICY_REPORT_SCHEMA)
+        counts = {k: 0 for k in report["summary"]}
+        for r in report["results"]:
+            counts[r["result"]] += 1
+        assert counts == report["summary"]
+    assert sum(r["summary"]["fail"] for r in reports) >= corpus_audit["summary"]["denied"]
+
+
+def test_exit_codes_gate_ci(tmp_path: Path) -> None:
+    ok = tmp_path / "ok.yaml"
+    ok.write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n"
+        "spec:\n  containers: [{name: a, image: x}]\n"
+    )
+    warned = GOLDEN.parent / "golden" / "pod-no-memory-limit-no-probes" / "input.yaml"
+    denied = GOLDEN.parent / "golden" / "pod-fractional-gpu-denied" / "input.yaml"
+    assert run_audit(str(ok)).returncode == 0
+    assert run_audit(str(warned)).returncode == 0
+    assert run_audit(str(warned), "--fail-on", "warn").returncode == 1
+    assert run_audit(str(denied)).returncode == 1
+    assert run_audit(str(tmp_path / "missing.yaml")).returncode == 2
+    assert run_audit("--output", "xml", str(ok)).returncode == 2  # usage error
+
+
+def test_stdin_is_read_like_helm_template_output() -> None:
+    text = (GOLDEN / "input.yaml").read_text()
+    result = run_audit("-", "-o", "json", stdin=text)
+    assert result.returncode == 1
+    assert json.loads(result.stdout)["summary"]["objects"] == 3
+
+
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{n}: &{n} [{', '.join(['*' + p] * 9)}]\n" for p, n in zip("abcdefgh", "bcdefghi", strict=True)
+)
+GARBAGE = {
+    "binary": bytes(range(256)) * 4,
+    "truncated yaml": b"apiVersion: v1\nkind: Pod\nmetadata: {name: p\nspec:\n  containers: [",
+    "yaml alias bomb": BOMB.encode(),
+}
+
+
+@pytest.mark.parametrize("content", GARBAGE.values(), ids=GARBAGE.keys())
+def test_garbage_is_reported_not_crashed_on(tmp_path: Path, content: bytes) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(content)
+    good = GOLDEN / "input.yaml"
+    result = run_audit(str(bad), str(good), "-o", "json")
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["errors"] and doc["errors"][0]["source"].startswith(str(bad))
+    assert doc["summary"]["objects"] == 3  # the good file after it was still audited
+
+
+def test_deeply_nested_yaml_inside_a_pod_is_audited(tmp_path: Path) -> None:
+    deep = tmp_path / "deep.yaml"
+    nested = "[" * 20_000 + "]" * 20_000
+    deep.write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n"
+        f"  containers: [{{name: a, image: x, args: {nested}}}]\n"
+    )
+    result = run_audit(str(deep), "-o", "json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["summary"]["objects"] == 1
+
+
+def test_an_empty_file_is_fine(tmp_path: Path) -> None:
+    (tmp_path / "empty.yaml").write_text("")
+    result = run_audit(str(tmp_path / "empty.yaml"), "-o", "json")
+    assert result.returncode == 0
+    assert json.loads(result.stdout)["summary"]["objects"] == 0
+
+
+def test_a_10_mb_file_is_audited(tmp_path: Path) -> None:
+    pod = (GOLDEN.parent / "golden" / "pod-no-memory-limit-no-probes" / "input.yaml").read_text()
+    big = tmp_path / "big.yaml"
+    padding = "# " + "x" * 2000 + "\n"
+    count = 0
+    with big.open("w") as fh:
+        while fh.tell() < 10 * 1024 * 1024:
+            fh.write(pod + padding + "---\n")
+            count += 1
+    result = run_audit(str(big), "-o", "json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["summary"]["objects"] == count

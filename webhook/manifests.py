@@ -1,0 +1,127 @@
+"""Reading manifests for the audit: files, folders, stdin; multi-document YAML/JSON; `List`s.
+
+Garbage must not stop a run: a document that does not parse is reported with its line and the
+next file goes on. YAML alias bombs are refused by counting what a document expands to (shared
+nodes counted once per reference) before anything walks it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = ["MAX_NODES", "Document", "InputError", "read_sources"]
+
+# Far above any real manifest (a big Deployment is ~2k nodes), far below a billion laughs.
+MAX_NODES = 2_000_000
+_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    source: str  # "path#index" (index of the document in its file, then of the List item)
+    obj: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class InputError:
+    source: str
+    message: str
+
+
+def _expanded_size(root: Any, limit: int) -> int:
+    """Node count of the document as a tree; stops counting past `limit`."""
+    memo: dict[int, int] = {}
+    # Iterative post-order so deep nesting can't blow the Python stack.
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if not isinstance(node, (dict, list)):
+            continue
+        key = id(node)
+        children = list(node.values()) if isinstance(node, dict) else node
+        if done:
+            size = 1
+            for child in children:
+                size += memo.get(id(child), 1) if isinstance(child, (dict, list)) else 1
+                if size > limit:
+                    return size
+            memo[key] = size
+            continue
+        if key in memo:
+            continue
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if isinstance(c, (dict, list)))
+    return memo.get(id(root), 1)
+
+
+def _documents(text: str, label: str) -> Iterator[Document | InputError]:
+    loader = yaml.CSafeLoader if hasattr(yaml, "CSafeLoader") else yaml.SafeLoader
+    index = 0
+    stream = yaml.load_all(text, Loader=loader)
+    while True:
+        try:
+            doc = next(stream)
+        except StopIteration:
+            return
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" line {mark.line + 1}" if mark is not None else ""
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            yield InputError(f"{label}#{index}", f"not valid YAML at{where}: {problem}")
+            return  # the parser cannot resync after an error in this stream
+        except RecursionError:
+            yield InputError(f"{label}#{index}", "nesting too deep to read")
+            return
+        source = f"{label}#{index}"
+        index += 1
+        if doc is None:
+            continue
+        if _expanded_size(doc, MAX_NODES) > MAX_NODES:
+            yield InputError(source, f"expands to over {MAX_NODES} nodes (YAML alias bomb?)")
+            continue
+        if not isinstance(doc, dict):
+            yield InputError(source, f"expected an object, found {type(doc).__name__}")
+            continue
+        if str(doc.get("kind", "")).endswith("List") and isinstance(doc.get("items"), list):
+            for i, item in enumerate(doc["items"]):
+                if isinstance(item, dict):
+                    yield Document(f"{source}.items[{i}]", item)
+                else:
+                    yield InputError(f"{source}.items[{i}]", "expected an object")
+            continue
+        yield Document(source, doc)
+
+
+def _files(path: Path) -> Iterator[Path]:
+    if path.is_dir():
+        yield from sorted(p for p in path.rglob("*") if p.suffix in _SUFFIXES and p.is_file())
+    else:
+        yield path
+
+
+def read_sources(paths: list[str]) -> Iterator[Document | InputError]:
+    """Documents from every path (`-` is stdin), one file at a time."""
+    for raw in paths:
+        if raw == "-":
+            yield from _documents(sys.stdin.read(), "-")
+            continue
+        root = Path(raw)
+        if not root.exists():
+            yield InputError(raw, "no such file or folder")
+            continue
+        for path in _files(root):
+            try:
+                text = path.read_bytes().decode("utf-8")
+            except UnicodeDecodeError:
+                yield InputError(str(path), "not a text file (not UTF-8)")
+                continue
+            except OSError as exc:
+                yield InputError(str(path), f"cannot read: {exc.strerror}")
+                continue
+            yield from _documents(text, str(path))
