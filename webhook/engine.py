@@ -12,6 +12,7 @@ from typing import Any
 
 from webhook.checks import MUTATIONS, VALIDATIONS
 from webhook.config import RuleSet, matches_any
+from webhook.context import Context
 from webhook.findings import Finding
 from webhook.patch import diff, working_copy
 from webhook.podviews import PodView, pod_views
@@ -128,6 +129,10 @@ class Mutated:
     rules: list[str] = field(default_factory=list)
 
 
+def _context(subject: Subject, rules: RuleSet) -> Context:
+    return Context(rules, subject.namespace, subject.kind, subject.operation)
+
+
 def mutate(subject: Subject, rules: RuleSet) -> Mutated:
     """The JSON patch that makes every GPU pod spec in the subject right for GPU nodes.
 
@@ -135,6 +140,7 @@ def mutate(subject: Subject, rules: RuleSet) -> Mutated:
     """
     out = Mutated()
     rules, views = scope(subject, rules)
+    ctx = _context(subject, rules)
     enabled = [m for m in MUTATIONS if m.enabled(rules)]
     if not enabled:
         return out
@@ -143,7 +149,7 @@ def mutate(subject: Subject, rules: RuleSet) -> Mutated:
             continue
         work = working_copy(view.spec)
         for mutation in enabled:
-            if mutation.apply(work, view, rules) and mutation.rule not in out.rules:
+            if mutation.apply(work, view, ctx) and mutation.rule not in out.rules:
                 out.rules.append(mutation.rule)
         out.patch.extend(diff(view.spec, work, view.pointer))
     return out
@@ -153,6 +159,7 @@ def validate(subject: Subject, rules: RuleSet) -> list[Judged]:
     """Every finding of every rule not switched off, with its mode."""
     judged: list[Judged] = []
     rules, views = scope(subject, rules)
+    ctx = _context(subject, rules)
     active = [(v, v.mode(rules)) for v in VALIDATIONS]
     active = [(v, mode) for v, mode in active if mode != "off"]
     for view in views:
@@ -160,7 +167,7 @@ def validate(subject: Subject, rules: RuleSet) -> list[Judged]:
         for validation, mode in active:
             if validation.gpu_only and not gpu:
                 continue
-            judged.extend(Judged(f, mode) for f in validation.check(view, rules))
+            judged.extend(Judged(f, mode) for f in validation.check(view, ctx))
     return judged
 
 

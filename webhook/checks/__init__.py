@@ -14,6 +14,7 @@ from typing import Any
 
 from webhook.checks import isolation, placement, probes, resources, shm
 from webhook.config import RuleSet
+from webhook.context import Context
 from webhook.findings import Finding
 from webhook.podviews import PodView
 
@@ -23,7 +24,7 @@ __all__ = ["MUTATIONS", "VALIDATIONS", "Mutation", "Validation"]
 @dataclass(frozen=True, slots=True)
 class Validation:
     rule: str
-    check: Callable[[PodView, RuleSet], Iterable[Finding]]
+    check: Callable[[PodView, Context], Iterable[Finding]]
     gpu_only: bool  # True: skipped on pods that ask for no GPU (the fast path)
 
     def mode(self, rules: RuleSet) -> str:
@@ -35,7 +36,7 @@ class Validation:
 @dataclass(frozen=True, slots=True)
 class Mutation:
     rule: str
-    apply: Callable[[dict[str, Any], PodView, RuleSet], bool]  # True when it changed something
+    apply: Callable[[dict[str, Any], PodView, Context], bool]  # True when it changed something
 
     def enabled(self, rules: RuleSet) -> bool:
         if not rules.mutations_on:

@@ -12,7 +12,7 @@ import posixpath
 from collections.abc import Iterator
 
 from webhook.checks.resources import gpu_containers
-from webhook.config import RuleSet
+from webhook.context import Context
 from webhook.findings import Finding
 from webhook.podviews import PodView
 
@@ -21,8 +21,8 @@ __all__ = ["host_gpu_devices", "privileged_gpu", "visible_devices"]
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 
 
-def visible_devices(pod: PodView, rules: RuleSet) -> Iterator[Finding]:
-    allowed = rules.rules.visible_devices.allowed_values
+def visible_devices(pod: PodView, ctx: Context) -> Iterator[Finding]:
+    allowed = ctx.rules.visible_devices.allowed_values
     for c in pod.containers:
         for i, env in enumerate(c.raw.get("env") or []):
             if env.get("name") != VISIBLE_DEVICES:
@@ -50,7 +50,7 @@ def visible_devices(pod: PodView, rules: RuleSet) -> Iterator[Finding]:
             )
 
 
-def privileged_gpu(pod: PodView, rules: RuleSet) -> Iterator[Finding]:
+def privileged_gpu(pod: PodView, ctx: Context) -> Iterator[Finding]:
     for c in gpu_containers(pod):
         sc = c.raw.get("securityContext") or {}
         if sc.get("privileged") is True:
@@ -66,8 +66,8 @@ def privileged_gpu(pod: PodView, rules: RuleSet) -> Iterator[Finding]:
             )
 
 
-def host_gpu_devices(pod: PodView, rules: RuleSet) -> Iterator[Finding]:
-    patterns = rules.rules.host_gpu_devices.paths
+def host_gpu_devices(pod: PodView, ctx: Context) -> Iterator[Finding]:
+    patterns = ctx.rules.host_gpu_devices.paths
     for i, volume in enumerate(pod.spec.get("volumes") or []):
         host_path = volume.get("hostPath")
         if not isinstance(host_path, dict) or not isinstance(host_path.get("path"), str):

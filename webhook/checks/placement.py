@@ -6,7 +6,8 @@ import fnmatch
 from collections.abc import Iterator
 from typing import Any
 
-from webhook.config import RuleSet, TolerationSpec
+from webhook.config import TolerationSpec
+from webhook.context import Context
 from webhook.findings import Finding
 from webhook.podviews import PodView
 
@@ -29,7 +30,7 @@ def tolerates(toleration: dict[str, Any], *, key: str, effect: str) -> bool:
     return effect != "NoExecute" or toleration.get("tolerationSeconds") is None
 
 
-def needed_tolerations(pod: PodView, rules: RuleSet) -> list[TolerationSpec]:
+def needed_tolerations(pod: PodView, ctx: Context) -> list[TolerationSpec]:
     """The configured tolerations whose resources this pod asks for, in config order."""
     asked = {
         name
@@ -39,14 +40,14 @@ def needed_tolerations(pod: PodView, rules: RuleSet) -> list[TolerationSpec]:
     }
     return [
         spec
-        for spec in rules.rules.gpu_tolerations.tolerations
+        for spec in ctx.rules.gpu_tolerations.tolerations
         if any(fnmatch.fnmatchcase(name, pat) for name in asked for pat in spec.resources)
     ]
 
 
-def add_gpu_tolerations(spec: dict[str, Any], pod: PodView, rules: RuleSet) -> bool:
+def add_gpu_tolerations(spec: dict[str, Any], pod: PodView, ctx: Context) -> bool:
     changed = False
-    for wanted in needed_tolerations(pod, rules):
+    for wanted in needed_tolerations(pod, ctx):
         current = spec.get("tolerations") or []
         if any(tolerates(t, key=wanted.key, effect=wanted.effect) for t in current):
             continue
@@ -58,11 +59,11 @@ def add_gpu_tolerations(spec: dict[str, Any], pod: PodView, rules: RuleSet) -> b
     return changed
 
 
-def _gpu_taint_keys(rules: RuleSet) -> set[str]:
-    return {spec.key for spec in rules.rules.gpu_tolerations.tolerations}
+def _gpu_taint_keys(ctx: Context) -> set[str]:
+    return {spec.key for spec in ctx.rules.gpu_tolerations.tolerations}
 
 
-def toleration_without_gpu(pod: PodView, rules: RuleSet) -> Iterator[Finding]:
+def toleration_without_gpu(pod: PodView, ctx: Context) -> Iterator[Finding]:
     """A pod that asks for no GPU but tolerates the GPU taint takes CPU and memory on GPU nodes.
 
     DaemonSet pods (node agents, exporters) are meant to run everywhere, and a keyless `Exists`
@@ -70,7 +71,7 @@ def toleration_without_gpu(pod: PodView, rules: RuleSet) -> Iterator[Finding]:
     """
     if pod.asks_gpu or "DaemonSet" in pod.owner_kinds:
         return
-    keys = _gpu_taint_keys(rules)
+    keys = _gpu_taint_keys(ctx)
     for i, toleration in enumerate(pod.spec.get("tolerations") or []):
         key = toleration.get("key")
         if key in keys:

@@ -6,7 +6,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from webhook.checks.resources import gpu_containers
-from webhook.config import ProbesRule, RuleSet
+from webhook.config import ProbesRule
+from webhook.context import Context
 from webhook.findings import Finding
 from webhook.podviews import PodView
 
@@ -53,9 +54,9 @@ def _add_startup_probe(container: dict[str, Any], cfg: ProbesRule) -> bool:
     return True
 
 
-def adjust_probes(spec: dict[str, Any], pod: PodView, rules: RuleSet) -> bool:
+def adjust_probes(spec: dict[str, Any], pod: PodView, ctx: Context) -> bool:
     """A container that already has a startupProbe is left alone: it holds the others off."""
-    cfg = rules.rules.gpu_probe_delays
+    cfg = ctx.rules.gpu_probe_delays
     changed = False
     for c in gpu_containers(pod):
         container = spec[c.list_name][c.index]
@@ -84,7 +85,7 @@ SERVING_KINDS = frozenset(
 )
 
 
-def readiness_probe(pod: PodView, rules: RuleSet) -> Iterator[Finding]:
+def readiness_probe(pod: PodView, ctx: Context) -> Iterator[Finding]:
     """Serving pods only: batch pods (restartPolicy Never/OnFailure) never take traffic."""
     if pod.kind not in SERVING_KINDS or pod.spec.get("restartPolicy") in ("Never", "OnFailure"):
         return

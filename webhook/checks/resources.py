@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from fractions import Fraction
 from typing import Any
 
-from webhook.config import RuleSet
+from webhook.context import Context
 from webhook.findings import Finding
 from webhook.podviews import ContainerView, PodView
 
@@ -27,7 +27,7 @@ def _show(value: Fraction) -> str:
     return str(value.numerator) if value.denominator == 1 else str(float(value))
 
 
-def copy_requests_to_limits(spec: dict[str, Any], pod: PodView, rules: RuleSet) -> bool:
+def copy_requests_to_limits(spec: dict[str, Any], pod: PodView, ctx: Context) -> bool:
     """A GPU only in requests is the usual slip; limits are what the device plugin reads."""
     changed = False
     for c in pod.containers:
@@ -44,8 +44,8 @@ def copy_requests_to_limits(spec: dict[str, Any], pod: PodView, rules: RuleSet) 
     return changed
 
 
-def requests_equal_limits(pod: PodView, rules: RuleSet) -> Iterator[Finding]:
-    fixing = rules.rules.gpu_requests_limits.fix
+def requests_equal_limits(pod: PodView, ctx: Context) -> Iterator[Finding]:
+    fixing = ctx.rules.gpu_requests_limits.fix
     for c in pod.containers:
         for name, requested in c.gpu_requests.items():
             field = f'{c.field_path}.resources.limits["{name}"]'
@@ -79,7 +79,7 @@ def requests_equal_limits(pod: PodView, rules: RuleSet) -> Iterator[Finding]:
                 )
 
 
-def whole_quantities(pod: PodView, rules: RuleSet) -> Iterator[Finding]:
+def whole_quantities(pod: PodView, ctx: Context) -> Iterator[Finding]:
     for c in pod.containers:
         for section, amounts, raw in (
             ("limits", c.gpu_limits, c.raw_gpu_limits),
@@ -104,7 +104,7 @@ def whole_quantities(pod: PodView, rules: RuleSet) -> Iterator[Finding]:
                 )
 
 
-def mig_not_mixed(pod: PodView, rules: RuleSet) -> Iterator[Finding]:
+def mig_not_mixed(pod: PodView, ctx: Context) -> Iterator[Finding]:
     """A container gets MIG slices or whole GPUs, never both: the device plugin can't mix them."""
     for c in pod.containers:
         asks = {n for n, v in {**c.gpu_requests, **c.gpu_limits}.items() if v > 0}
@@ -124,7 +124,7 @@ def mig_not_mixed(pod: PodView, rules: RuleSet) -> Iterator[Finding]:
             )
 
 
-def memory_limit(pod: PodView, rules: RuleSet) -> Iterator[Finding]:
+def memory_limit(pod: PodView, ctx: Context) -> Iterator[Finding]:
     for c in pod.main_containers:
         if not c.asks_gpu:
             continue
@@ -141,7 +141,7 @@ def memory_limit(pod: PodView, rules: RuleSet) -> Iterator[Finding]:
             )
 
 
-def init_container_gpu(pod: PodView, rules: RuleSet) -> Iterator[Finding]:
+def init_container_gpu(pod: PodView, ctx: Context) -> Iterator[Finding]:
     for c in pod.containers:
         if c.init and c.asks_gpu:
             yield Finding(

@@ -6,7 +6,7 @@ from fractions import Fraction
 from typing import Any
 
 from webhook.checks.resources import gpu_containers
-from webhook.config import RuleSet
+from webhook.context import Context
 from webhook.podviews import ContainerView, PodView, UnreadableObject
 from webhook.quantity import QuantityError, format_bytes, parse_quantity
 
@@ -38,13 +38,13 @@ def _memory_limit(c: ContainerView) -> Fraction | None:
         ) from None
 
 
-def shm_size(c: ContainerView, rules: RuleSet) -> Fraction:
+def shm_size(c: ContainerView, ctx: Context) -> Fraction:
     """A share of the memory limit, clamped to [min, max] and never above the limit itself.
 
     A memory-backed emptyDir is charged to the pod's memory, so a size above the limit would
     let /dev/shm alone get the container OOM-killed.
     """
-    share, low, high, default = rules.rules.gpu_shm.sizes
+    share, low, high, default = ctx.rules.gpu_shm.sizes
     limit = _memory_limit(c)
     if limit is None:
         return default
@@ -64,7 +64,7 @@ def _free_volume_name(spec: dict[str, Any], base: str) -> str:
     return f"{base}-{n}"
 
 
-def add_shm(spec: dict[str, Any], pod: PodView, rules: RuleSet) -> bool:
+def add_shm(spec: dict[str, Any], pod: PodView, ctx: Context) -> bool:
     """One shared volume for every GPU container without a /dev/shm mount.
 
     Existing volumes and mounts are never changed: a container that mounts anything at
@@ -73,8 +73,8 @@ def add_shm(spec: dict[str, Any], pod: PodView, rules: RuleSet) -> bool:
     needing = [c for c in gpu_containers(pod) if not mounts_shm(c.raw)]
     if not needing:
         return False
-    name = _free_volume_name(spec, rules.rules.gpu_shm.volume_name)
-    size = min(shm_size(c, rules) for c in needing)
+    name = _free_volume_name(spec, ctx.rules.gpu_shm.volume_name)
+    size = min(shm_size(c, ctx) for c in needing)
     spec["volumes"] = [
         *(spec.get("volumes") or []),
         {"name": name, "emptyDir": {"medium": "Memory", "sizeLimit": format_bytes(size)}},
