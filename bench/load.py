@@ -1075,12 +1075,12 @@ def preflight(
                 template.replace(UID_MARK.encode(), uid.encode()),
             )
             answer: dict[str, Any] = {}
-            if status == 200:
-                answer = orjson.loads(data).get("response", {})
+            with contextlib.suppress(orjson.JSONDecodeError, AttributeError):
+                answer = orjson.loads(data).get("response") or {}
             if status != 200 or answer.get("uid") != uid:
                 print(
                     f"!! {endpoint} {sc.name}: HTTP {status}, body {data[:500]!r}\n"
-                    f"   request: {len(template)} bytes review of {obj['kind']}\n"
+                    f"   request ({len(template)} bytes, uid {uid}):\n{template.decode()}\n"
                     f"   server stderr:\n{tail(stderr)}",
                     file=sys.stderr,
                 )
@@ -1180,9 +1180,10 @@ def run_bench(args: argparse.Namespace) -> int:
                     print(report_line(r))
                     results.append(r)
                     if r.errors or hook.poll() is not None:
-                        print(f"!! {r.errors} failed requests on {endpoint} {name}:")
+                        print(f"!! {r.errors} failed requests on {endpoint} {name}; first ones:")
                         for s in r.samples:
                             print(f"   {s}")
+                        print(f"   request template (uid at {UID_MARK}):\n{template.decode()}")
                         print(f"   webhook stderr (last lines):\n{tail(hook_err)}")
                     if hook.poll() is not None:
                         raise RuntimeError(f"webhook exited with {hook.returncode}")

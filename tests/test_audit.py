@@ -102,7 +102,8 @@ def test_golden_policyreport() -> None:
 
 def test_json_output_has_the_documented_shape() -> None:
     doc = json.loads(run_audit("input.yaml", "-o", "json", cwd=GOLDEN).stdout)
-    assert set(doc) == {"summary", "results", "errors"}
+    assert set(doc) == {"summary", "results", "errors", "notChecked"}
+    assert doc["notChecked"] == ["gpu-quota", "gpu-priority-class", "gpu-schedulable"]
     assert set(doc["summary"]) == {"objects", "allowed", "denied", "warned", "mutated", "skipped"}
     assert doc["summary"] == {
         "objects": 3,

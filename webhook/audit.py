@@ -11,6 +11,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.cluster import ClusterFacts
 from webhook.config import RuleSet
 from webhook.engine import Judged, Subject, evaluate
 from webhook.manifests import Document, InputError
@@ -97,7 +98,9 @@ class Summary:
             self.mutated += bool(item.patch)
 
 
-def _audit_one(doc: Document, rules: RuleSet, namespace: str) -> AuditResult | Skipped:
+def _audit_one(
+    doc: Document, rules: RuleSet, namespace: str, cluster: ClusterFacts | None
+) -> AuditResult | Skipped:
     obj = doc.obj
     kind = str(obj.get("kind", ""))
     api_version = str(obj.get("apiVersion", ""))
@@ -109,7 +112,7 @@ def _audit_one(doc: Document, rules: RuleSet, namespace: str) -> AuditResult | S
     name = str(meta.get("name") or meta.get("generateName") or "")
     result = AuditResult(doc.source, kind, api_version, ns, name, obj)
     try:
-        outcome = evaluate(Subject(obj, group, kind, ns), rules)
+        outcome = evaluate(Subject(obj, group, kind, ns), rules, cluster=cluster)
     except UnreadableObject as exc:
         result.unreadable = f"cannot read the {kind}: {exc.path}: {exc.problem}"
         return result
@@ -118,8 +121,19 @@ def _audit_one(doc: Document, rules: RuleSet, namespace: str) -> AuditResult | S
 
 
 def audit(
-    items: Iterable[Document | InputError], rules: RuleSet, *, namespace: str = "default"
+    items: Iterable[Document | InputError],
+    rules: RuleSet,
+    *,
+    namespace: str = "default",
+    cluster: ClusterFacts | None = None,
 ) -> Iterator[AuditResult | Skipped | InputError]:
-    """Evaluate each document as the webhook would on CREATE; input errors pass through."""
+    """Evaluate each document as the webhook would on CREATE; input errors pass through.
+
+    Without cluster facts the cluster-aware rules do not run; the reports list them as not
+    checked rather than passed.
+    """
     for item in items:
-        yield item if isinstance(item, InputError) else _audit_one(item, rules, namespace)
+        if isinstance(item, InputError):
+            yield item
+        else:
+            yield _audit_one(item, rules, namespace, cluster)

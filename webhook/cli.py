@@ -82,18 +82,30 @@ def _audit(args: argparse.Namespace) -> int:
     """Exit 0: nothing denied; 1: something would be denied (or warned, with --fail-on warn);
     2: the input or the rules could not be read (the audit is incomplete)."""
     from webhook.audit import audit
+    from webhook.cluster import SnapshotError, load_snapshot
     from webhook.manifests import read_sources
     from webhook.reports import write_report
     from webhook.rulefiles import RuleFileError, load_rules
 
     try:
         rules = load_rules(args.rules)
+        cluster = load_snapshot(args.cluster_snapshot) if args.cluster_snapshot else None
     except RuleFileError as exc:
         print(f"gpu-admission: the rules in {args.rules} cannot be loaded:\n{exc}", file=sys.stderr)
         return 2
-    results = audit(read_sources(args.paths), rules, namespace=args.namespace)
+    except SnapshotError as exc:
+        print(f"gpu-admission: cluster snapshot: {exc}", file=sys.stderr)
+        return 2
+    results = audit(read_sources(args.paths), rules, namespace=args.namespace, cluster=cluster)
     colour = args.output == "table" and sys.stdout.isatty() and not args.no_colour
-    summary = write_report(results, fmt=args.output, out=sys.stdout, rules=rules, colour=colour)
+    summary = write_report(
+        results,
+        fmt=args.output,
+        out=sys.stdout,
+        rules=rules,
+        colour=colour,
+        cluster_checked=cluster is not None,
+    )
     if summary.errors:
         return 2
     if summary.denied or (args.fail_on == "warn" and summary.warned):
@@ -143,6 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     aud.add_argument("--namespace", default="default", help="namespace of objects that name none")
     aud.add_argument("--fail-on", choices=["deny", "warn"], default="deny")
+    aud.add_argument(
+        "--cluster-snapshot", help="cluster facts for quota, priority and schedulability rules"
+    )
     aud.add_argument("--no-colour", action="store_true", help="plain text even on a terminal")
     aud.set_defaults(func=_audit)
 

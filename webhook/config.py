@@ -145,6 +145,72 @@ class HostDevicesRule(_Model):
     paths: list[str] = Field(default_factory=lambda: ["/dev", "/dev/nvidia*", "/dev/dri*"])
 
 
+WhenUnknown = Literal["allow", "deny"]
+
+
+class QuotaBudget(_Model):
+    """GPUs a set of namespaces may hold at once, per resource and optionally per product."""
+
+    name: str = Field(min_length=1)
+    namespaces: list[str] = Field(default_factory=list)
+    namespace_selector: LabelSelector | None = None
+    # resource name -> GPUs the namespace may hold in non-terminated pods
+    limits: dict[str, int] = Field(default_factory=dict)
+    # GPU product (nvidia.com/gpu.product value) -> resource -> GPUs
+    products: dict[str, dict[str, int]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _selects_something(self) -> QuotaBudget:
+        if not self.namespaces and self.namespace_selector is None:
+            raise ValueError("a budget needs namespaces or a namespaceSelector")
+        return self
+
+
+class QuotaRule(_Model):
+    """Namespace GPU budgets, and an early, clear word on what native ResourceQuota will refuse."""
+
+    mode: Mode = "enforce"
+    budgets: list[QuotaBudget] = Field(default_factory=list)
+    native_quota: bool = True
+    # Deny GPU pods in namespaces with neither a budget here nor a GPU ResourceQuota.
+    require_quota: bool = False
+    # No cluster facts, or facts older than cluster.maxStalenessSeconds: allow with a warning,
+    # or deny.
+    when_unknown: WhenUnknown = "allow"
+
+
+class PriorityRule(_Model):
+    """GPU pods run at a priority the platform chose, never a system one."""
+
+    mode: Mode = "enforce"
+    mutate: bool = True
+    # Injected into GPU pods that name no class ("" = no injection), with its priority value.
+    default_class: str = ""
+    # Classes GPU pods may name; empty = any class that exists (never system-* in user namespaces).
+    allowed_classes: list[str] = Field(default_factory=list)
+    when_unknown: WhenUnknown = "allow"
+
+
+class SchedulableRule(_Model):
+    """Pods that no node could ever run: refuse them at apply time, not after an hour Pending."""
+
+    mode: Mode = "enforce"
+    # Node-label prefixes that describe GPUs; selectors on other labels are not judged.
+    gpu_label_prefixes: list[str] = Field(
+        default_factory=lambda: [
+            "nvidia.com/",
+            "amd.com/",
+            "gpu.intel.com/",
+            "cloud.google.com/gke-accelerator",
+            "k8s.amazonaws.com/accelerator",
+        ]
+    )
+    # Resources the device plugin serves one at a time (failRequestsGreaterThanOne), e.g.
+    # time-sliced "nvidia.com/gpu.shared"; a pod asking more than 1 of them never starts.
+    single_device_resources: list[str] = Field(default_factory=list)
+    when_unknown: WhenUnknown = "allow"
+
+
 class Rules(_Model):
     """One entry per rule id."""
 
@@ -175,6 +241,13 @@ class Rules(_Model):
     gpu_memory_limit: WarnRule = Field(default_factory=WarnRule, alias="gpu-memory-limit")
     gpu_readiness_probe: WarnRule = Field(default_factory=WarnRule, alias="gpu-readiness-probe")
     gpu_init_container: WarnRule = Field(default_factory=WarnRule, alias="gpu-init-container")
+    gpu_quota: QuotaRule = Field(default_factory=QuotaRule, alias="gpu-quota")
+    gpu_priority_class: PriorityRule = Field(
+        default_factory=PriorityRule, alias="gpu-priority-class"
+    )
+    gpu_schedulable: SchedulableRule = Field(
+        default_factory=SchedulableRule, alias="gpu-schedulable"
+    )
 
 
 DEFAULT_GPU_RESOURCES = [
@@ -290,6 +363,11 @@ class Resolved:
     conflicts: tuple[str, ...]
 
 
+class ClusterSettings(_Model):
+    # Cluster-aware rules treat facts older than this as unknown (see each rule's whenUnknown).
+    max_staleness_seconds: int = Field(default=300, ge=1)
+
+
 class RuleSet(_Model):
     """A whole rule set as loaded from the rule folder."""
 
@@ -298,6 +376,7 @@ class RuleSet(_Model):
     mode: Mode = "enforce"
     gpu_resources: list[str] = Field(default_factory=lambda: list(DEFAULT_GPU_RESOURCES))
     exemptions: Exemptions = Field(default_factory=Exemptions)
+    cluster: ClusterSettings = Field(default_factory=ClusterSettings)
     rules: Rules = Field(default_factory=Rules)
     overrides: list[Override] = Field(default_factory=list)
 

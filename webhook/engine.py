@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.checks import MUTATIONS, VALIDATIONS
+from webhook.cluster import ClusterFacts
 from webhook.config import RuleSet, matches_any
 from webhook.context import Context
 from webhook.findings import Finding
@@ -129,18 +130,27 @@ class Mutated:
     rules: list[str] = field(default_factory=list)
 
 
-def _context(subject: Subject, rules: RuleSet) -> Context:
-    return Context(rules, subject.namespace, subject.kind, subject.operation)
+def _context(subject: Subject, rules: RuleSet, cluster: ClusterFacts | None) -> Context:
+    return Context(rules, subject.namespace, subject.kind, subject.operation, cluster)
 
 
-def mutate(subject: Subject, rules: RuleSet) -> Mutated:
+def _with_labels(subject: Subject, cluster: ClusterFacts | None) -> Subject:
+    """Namespace labels from the cluster facts when the caller did not bring them."""
+    if subject.namespace_labels is not None or cluster is None:
+        return subject
+    labels = cluster.namespace_labels(subject.namespace)
+    return subject if labels is None else dataclasses.replace(subject, namespace_labels=labels)
+
+
+def mutate(subject: Subject, rules: RuleSet, *, cluster: ClusterFacts | None = None) -> Mutated:
     """The JSON patch that makes every GPU pod spec in the subject right for GPU nodes.
 
     Raises `UnreadableObject` for an object whose fields have impossible types.
     """
     out = Mutated()
+    subject = _with_labels(subject, cluster)
     rules, views = scope(subject, rules)
-    ctx = _context(subject, rules)
+    ctx = _context(subject, rules, cluster)
     enabled = [m for m in MUTATIONS if m.enabled(rules)]
     if not enabled:
         return out
@@ -155,30 +165,37 @@ def mutate(subject: Subject, rules: RuleSet) -> Mutated:
     return out
 
 
-def validate(subject: Subject, rules: RuleSet) -> list[Judged]:
+def validate(
+    subject: Subject, rules: RuleSet, *, cluster: ClusterFacts | None = None
+) -> list[Judged]:
     """Every finding of every rule not switched off, with its mode."""
     judged: list[Judged] = []
+    subject = _with_labels(subject, cluster)
     rules, views = scope(subject, rules)
-    ctx = _context(subject, rules)
-    active = [(v, v.mode(rules)) for v in VALIDATIONS]
+    ctx = _context(subject, rules, cluster)
+    active = [(v, v.mode(rules)) for v in VALIDATIONS if cluster is not None or not v.needs_cluster]
     active = [(v, mode) for v, mode in active if mode != "off"]
     for view in views:
         gpu = view.asks_gpu
         for validation, mode in active:
             if validation.gpu_only and not gpu:
                 continue
-            judged.extend(Judged(f, mode) for f in validation.check(view, ctx))
+            judged.extend(
+                Judged(f, "warn" if f.advisory and mode == "enforce" else mode)
+                for f in validation.check(view, ctx)
+            )
     return judged
 
 
-def evaluate(subject: Subject, rules: RuleSet) -> Outcome:
+def evaluate(subject: Subject, rules: RuleSet, *, cluster: ClusterFacts | None = None) -> Outcome:
     """What the apiserver would end up with: mutate, apply the patch, validate the result.
 
     The validating webhook sees the mutated object, so the audit must judge that one too.
     """
-    patch = mutate(subject, rules).patch
+    patch = mutate(subject, rules, cluster=cluster).patch
     if patch:
         import jsonpatch  # only the audits need it; the webhook path never applies patches
 
         subject = dataclasses.replace(subject, obj=jsonpatch.apply_patch(subject.obj, patch))
-    return Outcome(mutated=subject.obj, patch=patch, judged=validate(subject, rules))
+    judged = validate(subject, rules, cluster=cluster)
+    return Outcome(mutated=subject.obj, patch=patch, judged=judged)

@@ -22,6 +22,9 @@ class Finding:
     summary: str
     fix: str
     field: str  # kubectl-style path of the offending field, e.g. spec.containers[0].env[2]
+    # Advisory findings never deny: the rule could not judge (no cluster facts) and its
+    # whenUnknown is "allow", or the object is a controller whose pods are judged later.
+    advisory: bool = False
 
     def message(self) -> str:
         """The full text a denial carries."""

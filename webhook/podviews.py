@@ -194,6 +194,7 @@ class PodView:
     labels: dict[str, Any]
     owner_kinds: tuple[str, ...]
     containers: tuple[ContainerView, ...] = field(default=())
+    replicas: int = 1  # pods this template stands for at once (replicas, parallelism)
 
     @property
     def asks_gpu(self) -> bool:
@@ -299,6 +300,17 @@ def _owner_kinds(meta: Any) -> tuple[str, ...]:
     )
 
 
+def _replicas(obj: dict[str, Any], kind: str) -> int:
+    """How many pods of the template run at once, for the built-in controllers; 1 otherwise."""
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    if kind == "CronJob":
+        job = spec.get("jobTemplate") if isinstance(spec.get("jobTemplate"), dict) else {}
+        spec = job.get("spec") if isinstance(job.get("spec"), dict) else {}
+    key = "parallelism" if kind in ("Job", "CronJob") else "replicas"
+    value = spec.get(key, 1)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 1
+
+
 def pod_views(obj: Any, *, group: str, kind: str, is_gpu: Callable[[str], bool]) -> list[PodView]:
     """Every pod spec inside `obj`; [] for kinds that hold none."""
     paths = POD_SPEC_PATHS.get((group, kind))
@@ -328,6 +340,7 @@ def pod_views(obj: Any, *, group: str, kind: str, is_gpu: Callable[[str], bool])
                     labels=_labels(meta),
                     owner_kinds=owners,
                     containers=_containers(spec, spec_path, is_gpu),
+                    replicas=_replicas(obj, kind),
                 )
             )
     return views

@@ -14,7 +14,7 @@ import orjson
 import yaml
 
 from webhook.audit import AuditResult, Skipped, Summary
-from webhook.checks import VALIDATIONS
+from webhook.checks import CLUSTER_RULES, VALIDATIONS
 from webhook.config import RuleSet
 from webhook.manifests import InputError
 
@@ -43,7 +43,9 @@ def patch_diff(r: AuditResult) -> list[str]:
     return [line for line in lines if not line.startswith(("---", "+++"))]
 
 
-def _table(items: Iterable[Item], summary: Summary, out: TextIO, colour: bool) -> None:
+def _table(
+    items: Iterable[Item], summary: Summary, out: TextIO, colour: bool, unchecked: list[str]
+) -> None:
     for item in items:
         summary.add(item)
         if isinstance(item, InputError):
@@ -70,6 +72,11 @@ def _table(items: Iterable[Item], summary: Summary, out: TextIO, colour: bool) -
         f"{s.mutated} would be mutated; {s.skipped} skipped (not workloads), {s.errors} errors",
         file=out,
     )
+    if unchecked:
+        print(
+            f"not checked (no cluster facts; see --cluster-snapshot): {', '.join(unchecked)}",
+            file=out,
+        )
 
 
 def _result_json(r: AuditResult) -> dict[str, Any]:
@@ -84,7 +91,7 @@ def _result_json(r: AuditResult) -> dict[str, Any]:
     }
 
 
-def _json(items: Iterable[Item], summary: Summary, out: TextIO) -> None:
+def _json(items: Iterable[Item], summary: Summary, out: TextIO, unchecked: list[str]) -> None:
     results, errors = [], []
     for item in items:
         summary.add(item)
@@ -103,6 +110,7 @@ def _json(items: Iterable[Item], summary: Summary, out: TextIO) -> None:
         },
         "results": results,
         "errors": errors,
+        "notChecked": unchecked,
     }
     out.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2, default=str).decode() + "\n")
 
@@ -158,11 +166,12 @@ _SEVERITY = {"enforce": "high", "audit": "medium", "warn": "low"}
 
 
 def _policy_reports(
-    items: Iterable[Item], summary: Summary, rules: RuleSet, now: float
+    items: Iterable[Item], summary: Summary, rules: RuleSet, now: float, unchecked: list[str]
 ) -> list[dict[str, Any]]:
     """wgpolicyk8s.io/v1alpha2 PolicyReports, one per namespace; a result per object and rule.
 
-    Rules that ran and found nothing report `pass`, so dashboards can show compliance.
+    Rules that ran and found nothing report `pass`, so dashboards can show compliance; rules
+    that could not run (no cluster facts) report `skip`, never a false pass.
     """
     stamp = {"seconds": int(now), "nanos": 0}
     active = [v.rule for v in VALIDATIONS if v.mode(rules) != "off"]
@@ -203,7 +212,7 @@ def _policy_reports(
                         "policy": "gpu-admission",
                         "rule": rule,
                         "timestamp": dict(stamp),
-                        "result": "pass",
+                        "result": "skip" if rule in unchecked else "pass",
                         "scored": True,
                         "resources": [dict(subject)],
                     }
@@ -230,13 +239,22 @@ def _policy_reports(
 
 
 def _policyreport(
-    items: Iterable[Item], summary: Summary, out: TextIO, rules: RuleSet, now: float
+    items: Iterable[Item],
+    summary: Summary,
+    out: TextIO,
+    rules: RuleSet,
+    now: float,
+    unchecked: list[str],
 ) -> None:
-    reports = _policy_reports(items, summary, rules, now)
+    reports = _policy_reports(items, summary, rules, now, unchecked)
     out.write(yaml.safe_dump_all(reports, sort_keys=False) if reports else "")
 
 
 FORMATS = ("table", "json", "junit", "policyreport")
+
+
+def _active(rule: str, rules: RuleSet) -> bool:
+    return any(v.rule == rule and v.mode(rules) != "off" for v in VALIDATIONS)
 
 
 def write_report(
@@ -247,17 +265,24 @@ def write_report(
     rules: RuleSet,
     colour: bool = False,
     now: float | None = None,
+    cluster_checked: bool = False,
 ) -> Summary:
-    """Write `items` in `fmt` and return the counts (the caller turns them into an exit code)."""
+    """Write `items` in `fmt` and return the counts (the caller turns them into an exit code).
+
+    `cluster_checked` says whether cluster facts were available; if not, the cluster-aware
+    rules are reported as not checked.
+    """
     summary = Summary()
+    unchecked = [] if cluster_checked else [r for r in CLUSTER_RULES if _active(r, rules)]
     if fmt == "table":
-        _table(items, summary, out, colour)
+        _table(items, summary, out, colour, unchecked)
     elif fmt == "json":
-        _json(items, summary, out)
+        _json(items, summary, out, unchecked)
     elif fmt == "junit":
         _junit(items, summary, out)
     elif fmt == "policyreport":
-        _policyreport(items, summary, out, rules, time.time() if now is None else now)
+        now = time.time() if now is None else now
+        _policyreport(items, summary, out, rules, now, unchecked)
     else:
         raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
     return summary

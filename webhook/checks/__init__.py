@@ -12,13 +12,22 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.checks import isolation, placement, probes, resources, shm
+from webhook.checks import (
+    isolation,
+    placement,
+    priority,
+    probes,
+    quota,
+    resources,
+    schedulable,
+    shm,
+)
 from webhook.config import RuleSet
 from webhook.context import Context
 from webhook.findings import Finding
 from webhook.podviews import PodView
 
-__all__ = ["MUTATIONS", "VALIDATIONS", "Mutation", "Validation"]
+__all__ = ["CLUSTER_RULES", "MUTATIONS", "VALIDATIONS", "Mutation", "Validation"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +35,9 @@ class Validation:
     rule: str
     check: Callable[[PodView, Context], Iterable[Finding]]
     gpu_only: bool  # True: skipped on pods that ask for no GPU (the fast path)
+    # Needs cluster facts: not run at all when there is no source of them (an offline audit
+    # reports these rules as not checked); stale facts are each rule's whenUnknown to handle.
+    needs_cluster: bool = False
 
     def mode(self, rules: RuleSet) -> str:
         """The rule's own mode under the rule set's global ceiling."""
@@ -51,6 +63,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("gpu-tolerations", placement.add_gpu_tolerations),
     Mutation("gpu-shm", shm.add_shm),
     Mutation("gpu-probe-delays", probes.adjust_probes),
+    Mutation("gpu-priority-class", priority.inject_priority_class),
 )
 
 VALIDATIONS: tuple[Validation, ...] = (
@@ -64,4 +77,12 @@ VALIDATIONS: tuple[Validation, ...] = (
     Validation("gpu-memory-limit", resources.memory_limit, gpu_only=True),
     Validation("gpu-readiness-probe", probes.readiness_probe, gpu_only=True),
     Validation("gpu-init-container", resources.init_container_gpu, gpu_only=True),
+    Validation("gpu-quota", quota.gpu_quota, gpu_only=True, needs_cluster=True),
+    Validation(
+        "gpu-priority-class", priority.gpu_priority_class, gpu_only=True, needs_cluster=True
+    ),
+    Validation("gpu-schedulable", schedulable.gpu_schedulable, gpu_only=True, needs_cluster=True),
 )
+
+# Rules that judge nothing without cluster facts; audits list them as not checked.
+CLUSTER_RULES: tuple[str, ...] = tuple(v.rule for v in VALIDATIONS if v.needs_cluster)
