@@ -18,7 +18,8 @@ certs/tls.crt: | $(STAMP)
 certs: certs/tls.crt
 
 run: $(STAMP) certs/tls.crt
-	$(BIN)/gpu-admission serve --host 127.0.0.1 --port 8443 --rules rules
+	$(BIN)/gpu-admission serve --host 127.0.0.1 --port 8443 --rules rules \
+		--cluster-snapshot examples/cluster-snapshot.yaml
 
 lint: $(STAMP)
 	$(BIN)/ruff check webhook tests bench

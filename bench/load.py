@@ -824,8 +824,16 @@ class Result:
     other_cpu: float
     cores: dict[int, tuple[float, float, float]] = field(default_factory=dict)
     samples: list[dict[str, Any]] = field(default_factory=list)
-    floor_rps: float | None = None
+    floor: Result | None = None  # the floor run at the same concurrency
     capped: bool = False
+
+    @property
+    def client_bound(self) -> bool:
+        return self.client_cpu >= 90 and self.server_cpu < 90
+
+    @property
+    def contended(self) -> bool:
+        return self.other_cpu >= 10
 
     @property
     def bottleneck(self) -> str:
@@ -833,19 +841,21 @@ class Result:
             label = "server-bound"
         elif self.client_cpu >= 90:
             label = "CLIENT-BOUND"
-        elif self.other_cpu >= 10:
-            label = "CONTENDED: other processes took the cores"
+        elif self.contended:
+            return "CONTENDED: other processes took the cores"
         else:
             label = "neither saturated"
-        if self.other_cpu >= 10 and not label.startswith("CONTENDED"):
-            label += ", CONTENDED"
-        return label
+        return label + (", CONTENDED" if self.contended else "")
 
     @property
     def pct_floor(self) -> str:
-        if not self.floor_rps:
+        """Share of the floor's req/s; "≤" when the floor was client-bound (really higher)."""
+        if self.scenario == "floor":
+            return "100%"
+        if self.floor is None or not self.floor.rps:
             return "n/a"
-        return f"{100 * self.rps / self.floor_rps:.0f}%"
+        bound = "≤ " if self.floor.client_bound else ""
+        return f"{bound}{100 * self.rps / self.floor.rps:.0f}%"
 
 
 def percentile(sorted_values: list[int], q: float) -> float:
@@ -960,7 +970,7 @@ def report_line(r: Result) -> str:
         f"  {r.scenario:<15} {r.endpoint:<9} c={r.concurrency:<3} {r.rps:7.0f} req/s  "
         f"p50 {r.p50_ms:6.2f} ms  p99 {r.p99_ms:6.2f} ms  errors {r.errors}  "
         f"RSS {r.rss_mb:.1f} MB"
-        + (f"  {r.pct_floor} of floor" if r.floor_rps else "")
+        + (f"  {r.pct_floor} of floor" if r.floor else "")
         + ("  STOPPED by --max-requests before the window ended" if r.capped else "")
         + "\n"
         f"      cpu: server {r.server_cpu:.0f}%, client {r.client_cpu:.0f}%, "
@@ -976,10 +986,12 @@ def markdown(results: list[Result]) -> str:
             r.scenario,
             r.endpoint if r.scenario != "floor" else "(bare aiohttp)",
             str(r.concurrency),
-            f"{r.rps:.0f}",
+            ("≥ " if r.scenario == "floor" and r.client_bound else "")
+            + f"{r.rps:.0f}"
+            + ("*" if r.contended or r.capped else ""),
             f"{r.p50_ms:.2f}",
             f"{r.p99_ms:.2f}",
-            "100%" if r.scenario == "floor" else r.pct_floor,
+            r.pct_floor,
             f"{r.rss_mb:.1f}",
         ]
         for r in results
@@ -995,7 +1007,17 @@ def markdown(results: list[Result]) -> str:
         return "| " + " | ".join(padded) + " |"
 
     rule = [("-" * (w - 1) + ":") if i in numeric else "-" * w for i, w in enumerate(widths)]
-    return "\n".join([fmt(head), "| " + " | ".join(rule) + " |", *(fmt(r) for r in rows)])
+    lines = [fmt(head), "| " + " | ".join(rule) + " |", *(fmt(r) for r in rows)]
+    if any(r.scenario == "floor" and r.client_bound for r in results):
+        lines.append(
+            "\n≥ / ≤: the load client saturated its core before the floor server did, so the "
+            "real floor is higher and the webhook's share of it lower (try `--client raw`)."
+        )
+    if any(r.contended or r.capped for r in results):
+        lines.append(
+            "\n*: other processes used ≥ 10% of a core during the run, or it hit --max-requests."
+        )
+    return "\n".join(lines)
 
 
 def summary(results: list[Result]) -> str:
@@ -1019,12 +1041,12 @@ def summary(results: list[Result]) -> str:
             f"CPU in the measured windows, {label} runs: server {server}, client {client} of "
             f"their own cores, other processes {other} of a core -> {verdicts}"
         )
-    if any(r.scenario == "floor" and r.bottleneck.startswith("CLIENT") for r in results):
+    if any(r.scenario == "floor" and r.client_bound for r in results):
         lines.append(
             "Note: the floor runs were client-bound, so the floor is a lower bound and "
             '"% of floor" overstates the webhook\'s share of it.'
         )
-    contended = [r for r in results if r.other_cpu >= 10]
+    contended = [r for r in results if r.contended]
     if contended:
         lines.append(
             f"WARNING: {len(contended)} run(s) shared the cores with other processes (up to "
@@ -1174,9 +1196,10 @@ def run_bench(args: argparse.Namespace) -> int:
                 print(report_line(fr))
                 results.append(fr)
                 for name, endpoint, template in runs:
-                    r = bench.run(hook, hook_port, name, endpoint, template, concurrency,
-                                  check_uid=True)  # fmt: skip
-                    r.floor_rps = fr.rps
+                    r = bench.run(
+                        hook, hook_port, name, endpoint, template, concurrency, check_uid=True
+                    )
+                    r.floor = fr
                     print(report_line(r))
                     results.append(r)
                     if r.errors or hook.poll() is not None:
@@ -1240,7 +1263,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--settle",
         type=float,
-        default=15.0,
+        default=30.0,
         help="before each run, wait up to this many seconds for other processes to go quiet",
     )
     p.add_argument("--rules", type=Path, default=REPO / "rules", help="rules folder to serve")

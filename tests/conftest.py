@@ -27,6 +27,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT.parent / "shared" / "corpus"
+SNAPSHOT = ROOT / "examples" / "cluster-snapshot.yaml"
 K8S_VERSION = "1.33"
 
 RESOURCES = {
@@ -205,6 +206,7 @@ def start_webhook(
                 str(certs / "tls.key"),
                 "--rules",
                 str(rules),
+                *extra,
             ],
             stdout=fh,
             stderr=subprocess.STDOUT,
@@ -251,7 +253,7 @@ def webhook_with(certs: Path, tmp_path: Path) -> Iterator[Any]:
     """Start a server: the default rules, `rule_settings` merged into `rules:`, `top` set on top."""
     started: list[Webhook] = []
 
-    def start(rule_settings: dict[str, Any], **top: Any) -> Webhook:
+    def start(rule_settings: dict[str, Any], *, args: tuple[str, ...] = (), **top: Any) -> Webhook:
         folder = tmp_path / f"rules{len(started)}"
         folder.mkdir()
         base = yaml.safe_load((ROOT / "rules" / "gpu-admission.yaml").read_text())
@@ -259,7 +261,7 @@ def webhook_with(certs: Path, tmp_path: Path) -> Iterator[Any]:
             base["rules"][rule] = {**base["rules"].get(rule, {}), **settings}
         base.update(top)
         (folder / "rules.yaml").write_text(yaml.safe_dump(base))
-        hook = start_webhook(certs, folder, tmp_path / f"server{len(started)}.log")
+        hook = start_webhook(certs, folder, tmp_path / f"server{len(started)}.log", *args)
         started.append(hook)
         return hook
 

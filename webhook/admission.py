@@ -10,8 +10,9 @@ import logging
 
 import orjson
 
+from webhook.cluster import ClusterFacts, Reservations
 from webhook.config import RuleSet
-from webhook.engine import Judged, Subject, mutate, validate
+from webhook.engine import Judged, Subject, mutate, reservation, validate
 from webhook.findings import Finding
 from webhook.podviews import UnreadableObject, holds_pods
 from webhook.review import AdmissionRequest, encode
@@ -50,12 +51,18 @@ def _unreadable(request: AdmissionRequest, exc: UnreadableObject) -> bytes:
     )
 
 
-def answer_mutate(request: AdmissionRequest, rules: RuleSet) -> bytes:
+def answer_mutate(
+    request: AdmissionRequest,
+    rules: RuleSet,
+    *,
+    cluster: ClusterFacts | None = None,
+    reservations: Reservations | None = None,
+) -> bytes:
     subject = subject_of(request)
     if subject is None:
         return encode(request.uid, allowed=True)
     try:
-        mutated = mutate(subject, rules)
+        mutated = mutate(subject, rules, cluster=cluster)
     except UnreadableObject as exc:
         return _unreadable(request, exc)
     return encode(
@@ -108,14 +115,26 @@ def _log_decision(request: AdmissionRequest, judged: list[Judged], *, allowed: b
     decisions.info(orjson.dumps(line).decode())
 
 
-def answer_validate(request: AdmissionRequest, rules: RuleSet) -> bytes:
+def answer_validate(
+    request: AdmissionRequest,
+    rules: RuleSet,
+    *,
+    cluster: ClusterFacts | None = None,
+    reservations: Reservations | None = None,
+) -> bytes:
+    """The verdict; an admitted GPU pod's GPUs are held until the watch sees it (not dryRun)."""
     subject = subject_of(request)
     if subject is None:
         return encode(request.uid, allowed=True)
     try:
-        judged = validate(subject, rules)
+        judged = validate(subject, rules, cluster=cluster)
     except UnreadableObject as exc:
         return _unreadable(request, exc)
+    denied = any(j.mode == "enforce" for j in judged)
+    if not denied and reservations is not None and not request.dry_run:
+        hold = reservation(subject, rules, cluster=cluster)
+        if hold is not None:
+            reservations.hold(hold)
     if not judged:
         return encode(request.uid, allowed=True)
     denials = [j.finding for j in judged if j.mode == "enforce"]

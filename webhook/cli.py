@@ -43,6 +43,7 @@ def _serve(args: argparse.Namespace) -> int:
             key=Path(args.key),
             rules_dir=Path(args.rules),
             rules_check_seconds=args.rules_check_seconds,
+            cluster_snapshot=Path(args.cluster_snapshot) if args.cluster_snapshot else None,
         )
     except (OSError, ValueError) as exc:
         print(f"gpu-admission: {exc}", file=sys.stderr)
@@ -141,6 +142,10 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=2.0,
         help="how often to look for rule edits (default: 2)",
+    )
+    srv.add_argument(
+        "--cluster-snapshot",
+        help="cluster facts from this file instead of a cluster (examples/cluster-snapshot.yaml)",
     )
     srv.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     srv.set_defaults(func=_serve)

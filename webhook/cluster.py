@@ -29,6 +29,7 @@ __all__ = [
     "PriorityClass",
     "Quota",
     "Reservations",
+    "ReservingFacts",
     "SnapshotError",
     "StaticSnapshot",
     "Usage",
@@ -110,25 +111,75 @@ class Reservations:
     """Short-lived holds on GPUs for pods this replica admitted but the watch hasn't shown yet.
 
     Without them, two creates racing for the last GPUs of a budget both pass. A hold ends when
-    the watch reports the pod (`release`) or after `ttl` seconds. Never taken for dryRun.
+    the watch reports a matching pod (`release_for`) or after `ttl` seconds. Never taken for
+    dryRun requests. Holds live in one replica: see the README for the race across replicas.
     """
 
     def __init__(self, ttl: float = 30.0) -> None:
         self.ttl = ttl
-        self._held: dict[tuple[str, str], tuple[float, PodGpus]] = {}
+        self._held: dict[str, list[tuple[float, PodGpus]]] = defaultdict(list)
 
-    def hold(self, pod: PodGpus, *, key: str, now: float | None = None) -> None:
-        self._held[(pod.namespace, key)] = ((now or time.monotonic()) + self.ttl, pod)
+    def hold(self, pod: PodGpus, *, now: float | None = None) -> None:
+        until = (time.monotonic() if now is None else now) + self.ttl
+        self._held[pod.namespace].append((until, pod))
 
-    def release(self, namespace: str, key: str) -> None:
-        self._held.pop((namespace, key), None)
+    def release_for(self, seen: PodGpus) -> None:
+        """The watch showed `seen`: drop the oldest hold it accounts for.
+
+        Admission may see a pod before it has a name (generateName), so a hold matches by
+        exact name or by name prefix, and by the same GPUs.
+        """
+        holds = self._held.get(seen.namespace, [])
+        for i, (_, pod) in enumerate(holds):
+            if pod.gpus == seen.gpus and (
+                pod.name == seen.name or (pod.name.endswith("-") and seen.name.startswith(pod.name))
+            ):
+                del holds[i]
+                return
 
     def held(self, namespace: str, now: float | None = None) -> list[PodGpus]:
-        now = now or time.monotonic()
-        expired = [k for k, (until, _) in self._held.items() if until <= now]
-        for k in expired:
-            del self._held[k]
-        return [pod for (ns, _), (_, pod) in self._held.items() if ns == namespace]
+        now = time.monotonic() if now is None else now
+        live = [(until, pod) for until, pod in self._held.get(namespace, []) if until > now]
+        self._held[namespace] = live
+        return [pod for _, pod in live]
+
+
+class ReservingFacts:
+    """Cluster facts with this replica's reservations added to each namespace's usage."""
+
+    def __init__(self, base: ClusterFacts, reservations: Reservations) -> None:
+        self.base = base
+        self.reservations = reservations
+
+    def namespace_labels(self, namespace: str) -> dict[str, str] | None:
+        return self.base.namespace_labels(namespace)
+
+    def quotas(self, namespace: str) -> list[Quota]:
+        return self.base.quotas(namespace)
+
+    def priority_class(self, name: str) -> PriorityClass | None:
+        return self.base.priority_class(name)
+
+    def priority_classes(self) -> list[PriorityClass]:
+        return self.base.priority_classes()
+
+    def nodes(self) -> list[Node]:
+        return self.base.nodes()
+
+    def usage(self, namespace: str) -> Usage:
+        held = self.reservations.held(namespace)
+        if not held:
+            return self.base.usage(namespace)
+        base = self.base.usage(namespace)
+        total = Usage()
+        total.by_resource.update(base.by_resource)
+        total.by_product.update(base.by_product)
+        for pod in held:
+            total.add(pod)
+        return total
+
+    def age_seconds(self) -> float | None:
+        return self.base.age_seconds()
 
 
 # ---- the static snapshot file -------------------------------------------------------------

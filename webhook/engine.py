@@ -11,14 +11,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.checks import MUTATIONS, VALIDATIONS
-from webhook.cluster import ClusterFacts
+from webhook.checks.facts import pod_gpus, pod_product
+from webhook.cluster import ClusterFacts, PodGpus
 from webhook.config import RuleSet, matches_any
 from webhook.context import Context
 from webhook.findings import Finding
 from webhook.patch import diff, working_copy
 from webhook.podviews import PodView, pod_views
 
-__all__ = ["Judged", "Mutated", "Outcome", "Subject", "evaluate", "mutate", "scope", "validate"]
+__all__ = [
+    "Judged",
+    "Mutated",
+    "Outcome",
+    "Subject",
+    "evaluate",
+    "mutate",
+    "reservation",
+    "scope",
+    "validate",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +196,29 @@ def validate(
                 for f in validation.check(view, ctx)
             )
     return judged
+
+
+def reservation(
+    subject: Subject, rules: RuleSet, *, cluster: ClusterFacts | None = None
+) -> PodGpus | None:
+    """What an admitted pod will hold, for the driver to reserve until the watch sees it.
+
+    Only pod CREATEs hold GPUs; controllers are judged again when their pods are created.
+    """
+    if subject.kind != "Pod" or subject.group != "" or subject.operation != "CREATE":
+        return None
+    subject = _with_labels(subject, cluster)
+    _, views = scope(subject, rules)
+    if not views:
+        return None
+    view = views[0]
+    gpus = pod_gpus(view)
+    if not gpus:
+        return None
+    meta = subject.obj.get("metadata") if isinstance(subject.obj, dict) else None
+    meta = meta if isinstance(meta, dict) else {}
+    name = str(meta.get("name") or meta.get("generateName") or "")
+    return PodGpus(subject.namespace, name, "Pending", gpus, product=pod_product(view))
 
 
 def evaluate(subject: Subject, rules: RuleSet, *, cluster: ClusterFacts | None = None) -> Outcome:

@@ -7,16 +7,18 @@ import contextlib
 import logging
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 from aiohttp import web
 
 from webhook.admission import answer_mutate, answer_validate
+from webhook.cluster import ClusterFacts, Reservations, ReservingFacts, load_snapshot
 from webhook.reload import RuleHolder
 from webhook.review import BadReview, decode
 
-__all__ = ["MAX_BODY", "RULES", "make_app", "make_ssl_context", "serve"]
+__all__ = ["CLUSTER", "MAX_BODY", "RULES", "ClusterSource", "make_app", "make_ssl_context", "serve"]
 
 log = logging.getLogger("gpu-admission")
 
@@ -25,6 +27,17 @@ MAX_BODY = 8 * 1024 * 1024
 
 
 RULES = web.AppKey("rules", RuleHolder)
+
+
+@dataclass
+class ClusterSource:
+    """Where cluster facts come from: none, a snapshot file, or the live cache."""
+
+    facts: ClusterFacts | None = None  # already includes the reservations
+    reservations: Reservations | None = None
+
+
+CLUSTER = web.AppKey("cluster", ClusterSource)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -53,11 +66,13 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 def _review_handler(answer: Callable[..., bytes]) -> Handler:
     async def handle(request: web.Request) -> web.Response:
-        rules = request.app[RULES].current
+        rules = request.app[RULES].current  # read once: a reload can't change it mid-request
         if rules is None:
             return _error(503, "no valid rule set loaded yet")
         review = decode(await request.read())
-        return web.Response(body=answer(review.request, rules), content_type="application/json")
+        source = request.app[CLUSTER]
+        body = answer(review.request, rules, cluster=source.facts, reservations=source.reservations)
+        return web.Response(body=body, content_type="application/json")
 
     return handle
 
@@ -72,9 +87,10 @@ async def _readyz(request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
-def make_app(rules: RuleHolder) -> web.Application:
+def make_app(rules: RuleHolder, cluster: ClusterSource | None = None) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY, middlewares=[_errors])
     app[RULES] = rules
+    app[CLUSTER] = cluster or ClusterSource()
     app.router.add_post("/mutate", _review_handler(answer_mutate))
     app.router.add_post("/validate", _review_handler(answer_validate))
     app.router.add_get("/healthz", _healthz)
@@ -159,6 +175,7 @@ def serve(
     rules_dir: Path,
     cert_check_seconds: float = 10.0,
     rules_check_seconds: float = 2.0,
+    cluster_snapshot: Path | None = None,
 ) -> None:
     """Load the rules, then serve until SIGTERM/SIGINT; in-flight requests are drained.
 
@@ -168,7 +185,14 @@ def serve(
     holder = RuleHolder(source=rules_dir)
     holder.refresh()
     ctx = make_ssl_context(cert, key)
-    app = make_app(holder)
+    source = ClusterSource()
+    if cluster_snapshot is not None:
+        source.reservations = Reservations()
+        source.facts = ReservingFacts(load_snapshot(cluster_snapshot), source.reservations)
+        log.info("cluster facts from the snapshot %s", cluster_snapshot)
+    else:
+        log.warning("no cluster facts: quota, priority and schedulability rules are off")
+    app = make_app(holder, source)
     app.cleanup_ctx.append(_cert_reloader(ctx, cert, key, cert_check_seconds))
     app.cleanup_ctx.append(_rule_watcher(rules_check_seconds))
     loop: asyncio.AbstractEventLoop | None = None
