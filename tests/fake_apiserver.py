@@ -1,0 +1,257 @@
+"""A small API server that speaks the real list/watch protocol, for the live cache's tests.
+
+Not a mock of our code: it is the other side of the wire. It keeps a global resourceVersion,
+serves paged lists (`limit`/`continue`, the list's resourceVersion), and watches that replay
+events after the requested resourceVersion, send BOOKMARKs, end at `timeoutSeconds`, and
+answer a compacted resourceVersion with an ERROR event carrying a 410 `Expired` Status, as
+kube-apiserver does. Tests can drop open watches and take the server down and back up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+PATHS = {
+    "namespaces": "/api/v1/namespaces",
+    "nodes": "/api/v1/nodes",
+    "resourcequotas": "/api/v1/resourcequotas",
+    "pods": "/api/v1/pods",
+    "priorityclasses": "/apis/scheduling.k8s.io/v1/priorityclasses",
+}
+KIND_NAMES = {
+    "namespaces": ("v1", "Namespace"),
+    "nodes": ("v1", "Node"),
+    "resourcequotas": ("v1", "ResourceQuota"),
+    "pods": ("v1", "Pod"),
+    "priorityclasses": ("scheduling.k8s.io/v1", "PriorityClass"),
+}
+
+
+def _status(code: int, reason: str, message: str) -> dict[str, Any]:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+
+
+class FakeApiServer:
+    def __init__(self, *, bookmark_interval: float = 0.3) -> None:
+        self.bookmark_interval = bookmark_interval
+        self.rv = 100
+        self.objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {k: {} for k in PATHS}
+        self.events: list[tuple[int, str, str, dict[str, Any]]] = []
+        self.compacted = 0  # watches from resourceVersions below this get 410
+        self.down = False
+        self.lists: Counter[str] = Counter()  # list calls (first pages)
+        self.pages: Counter[str] = Counter()  # every page served
+        self.watches: list[tuple[str, str]] = []  # (kind, resourceVersion asked)
+        self.gone: Counter[str] = Counter()  # 410 Expired events sent
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._changed: asyncio.Condition | None = None
+        self._streams: dict[web.StreamResponse, web.Request] = {}
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    # ---- control, called from the test thread ----------------------------------------
+
+    def _call(self, fn: Any, *args: Any) -> Any:
+        assert self._loop is not None
+        return asyncio.run_coroutine_threadsafe(fn(*args), self._loop).result(10)
+
+    def put(self, kind: str, obj: dict[str, Any]) -> None:
+        """Create or replace an object (ADDED or MODIFIED)."""
+        self._call(self._put, kind, obj)
+
+    def delete(self, kind: str, namespace: str, name: str) -> None:
+        self._call(self._delete, kind, namespace, name)
+
+    def compact(self) -> None:
+        """Forget history: every watch from an older resourceVersion now gets 410 Gone."""
+        self.compacted = self.rv + 1
+
+    def drop_watches(self) -> None:
+        """Cut every open watch connection mid-stream."""
+        self._call(self._drop)
+
+    def set_down(self, down: bool) -> None:
+        self.down = down
+        if down:
+            self.drop_watches()
+
+    # ---- the server -------------------------------------------------------------------
+
+    async def _put(self, kind: str, obj: dict[str, Any]) -> None:
+        self.rv += 1
+        meta = obj.setdefault("metadata", {})
+        meta["resourceVersion"] = str(self.rv)
+        key = (meta.get("namespace", ""), meta["name"])
+        event = "MODIFIED" if key in self.objects[kind] else "ADDED"
+        api_version, kind_name = KIND_NAMES[kind]
+        obj.setdefault("apiVersion", api_version)
+        obj.setdefault("kind", kind_name)
+        self.objects[kind][key] = obj
+        self.events.append((self.rv, kind, event, obj))
+        await self._notify()
+
+    async def _delete(self, kind: str, namespace: str, name: str) -> None:
+        obj = self.objects[kind].pop((namespace, name))
+        self.rv += 1
+        obj = {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(self.rv)}}
+        self.events.append((self.rv, kind, "DELETED", obj))
+        await self._notify()
+
+    async def _notify(self) -> None:
+        assert self._changed is not None
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def _drop(self) -> None:
+        for request in list(self._streams.values()):
+            if request.transport is not None:
+                request.transport.abort()
+        self._streams.clear()
+
+    def _handler(self, kind: str) -> Any:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            if self.down:
+                body = orjson.dumps(_status(503, "ServiceUnavailable", "etcd is down"))
+                return web.Response(status=503, body=body, content_type="application/json")
+            if request.query.get("watch") in ("true", "1"):
+                return await self._watch(kind, request)
+            return self._list(kind, request)
+
+        return handle
+
+    def _list(self, kind: str, request: web.Request) -> web.Response:
+        self.pages[kind] += 1
+        limit = int(request.query.get("limit", "0") or 0)
+        token = request.query.get("continue")
+        if not token:
+            self.lists[kind] += 1
+        if token:
+            offset, rv = (int(x) for x in base64.b64decode(token).decode().split(":"))
+        else:
+            offset, rv = 0, self.rv
+        items = sorted(self.objects[kind].values(), key=lambda o: o["metadata"]["name"])
+        page = items[offset : offset + limit] if limit else items[offset:]
+        meta: dict[str, Any] = {"resourceVersion": str(rv)}
+        if limit and offset + limit < len(items):
+            meta["continue"] = base64.b64encode(f"{offset + limit}:{rv}".encode()).decode()
+        api_version, kind_name = KIND_NAMES[kind]
+        body = {
+            "apiVersion": api_version,
+            "kind": f"{kind_name}List",
+            "metadata": meta,
+            "items": page,
+        }
+        return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+    async def _watch(self, kind: str, request: web.Request) -> web.StreamResponse:
+        since = request.query.get("resourceVersion", "0")
+        self.watches.append((kind, since))
+        timeout = float(request.query.get("timeoutSeconds", "30"))
+        bookmarks = request.query.get("allowWatchBookmarks") in ("true", "1")
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await resp.prepare(request)
+        self._streams[resp] = request
+        sent = int(since or 0)
+        try:
+            if sent < self.compacted:
+                self.gone[kind] += 1
+                status = _status(
+                    410, "Expired", f"too old resource version: {sent} ({self.compacted})"
+                )
+                await resp.write(orjson.dumps({"type": "ERROR", "object": status}) + b"\n")
+                return resp
+            deadline = time.monotonic() + timeout
+            last_bookmark = time.monotonic()
+            assert self._changed is not None
+            while time.monotonic() < deadline and not self.down:
+                for rv, k, event, obj in list(self.events):
+                    if k == kind and rv > sent:
+                        await resp.write(orjson.dumps({"type": event, "object": obj}) + b"\n")
+                        sent = rv
+                if bookmarks and time.monotonic() - last_bookmark >= self.bookmark_interval:
+                    api_version, kind_name = KIND_NAMES[kind]
+                    mark = {
+                        "kind": kind_name,
+                        "apiVersion": api_version,
+                        "metadata": {"resourceVersion": str(self.rv)},
+                    }
+                    await resp.write(orjson.dumps({"type": "BOOKMARK", "object": mark}) + b"\n")
+                    sent = max(sent, self.rv)
+                    last_bookmark = time.monotonic()
+                async with self._changed:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._changed.wait(), self.bookmark_interval)
+            await resp.write_eof()
+        except (ConnectionResetError, RuntimeError):
+            pass
+        finally:
+            self._streams.pop(resp, None)
+        return resp
+
+    def start(self) -> None:
+        ready = threading.Event()
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            asyncio.set_event_loop(loop)
+
+            async def boot() -> None:
+                self._changed = asyncio.Condition()
+                app = web.Application()
+                for kind, path in PATHS.items():
+                    app.router.add_get(path, self._handler(kind))
+                self._runner = web.AppRunner(app, handle_signals=False)
+                await self._runner.setup()
+                site = web.TCPSite(self._runner, "127.0.0.1", 0)
+                await site.start()
+                self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+                ready.set()
+
+            loop.run_until_complete(boot())
+            loop.run_forever()
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+        assert ready.wait(10)
+
+    def stop(self) -> None:
+        assert self._loop is not None and self._runner is not None
+
+        async def shutdown() -> None:
+            await self._drop()
+            assert self._runner is not None
+            await self._runner.cleanup()
+
+        self._call(shutdown)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def kubeconfig(self) -> str:
+        return (
+            "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
+            f"clusters:\n- name: fake\n  cluster: {{server: '{self.url}'}}\n"
+            "users:\n- name: fake\n  user: {token: test}\n"
+            "contexts:\n- name: fake\n  context: {cluster: fake, user: fake}\n"
+        )

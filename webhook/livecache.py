@@ -1,0 +1,400 @@
+"""The webhook's live cluster facts: list+watch through the `kubernetes` client, kept compact.
+
+One thread per resource kind runs the informer loop the API server expects: a paged list
+(`limit`/`continue`) gives a resourceVersion; a watch from there (with bookmarks) applies
+events; a watch that ends is resumed from the last resourceVersion seen; `410 Gone` means the
+history is compacted, so the kind is listed again; any other failure backs off exponentially
+and relists. Pods are reduced to `PodGpus` as they arrive (non-GPU pods are not kept), and
+per-namespace usage is updated incrementally, so reads are dict lookups at any cluster size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import orjson
+
+from webhook.cluster import (
+    GPU_PRODUCT_LABEL,
+    TERMINATED,
+    Node,
+    PodGpus,
+    PriorityClass,
+    Quota,
+    Reservations,
+    Usage,
+)
+from webhook.quantity import QuantityError, parse_quantity
+
+__all__ = ["KINDS", "LiveCache", "pod_summary"]
+
+log = logging.getLogger("gpu-admission.cache")
+
+def _extended(amounts: Any) -> dict[str, Fraction]:
+    """Extended resources only (nvidia.com/gpu, rdma/...): cpu and memory are not ours."""
+    out: dict[str, Fraction] = {}
+    if not isinstance(amounts, dict):
+        return out
+    for name, value in amounts.items():
+        if "/" not in name or name.startswith(("hugepages-", "requests.", "limits.")):
+            continue
+        try:
+            amount = parse_quantity(value)
+        except QuantityError:
+            continue
+        if amount > 0:
+            out[name] = amount
+    return out
+
+
+def pod_summary(pod: dict[str, Any], node_product: Callable[[str], str]) -> PodGpus | None:
+    """A pod as the quota rules need it, or None when it holds no extended resources."""
+    spec = pod.get("spec") or {}
+    total: dict[str, Fraction] = defaultdict(Fraction)
+    peak: dict[str, Fraction] = defaultdict(Fraction)
+    for key, into_peak in (("containers", False), ("initContainers", True)):
+        for c in spec.get(key) or []:
+            res = c.get("resources") or {}
+            asks = {**_extended(res.get("limits")), **_extended(res.get("requests"))}
+            for name, amount in asks.items():
+                if into_peak:
+                    peak[name] = max(peak[name], amount)
+                else:
+                    total[name] += amount
+    gpus = {n: max(total.get(n, Fraction(0)), peak.get(n, Fraction(0))) for n in {*total, *peak}}
+    if not gpus:
+        return None
+    meta = pod.get("metadata") or {}
+    node = spec.get("nodeName") or ""
+    selector = spec.get("nodeSelector") or {}
+    product = (node_product(node) if node else "") or str(selector.get(GPU_PRODUCT_LABEL, ""))
+    return PodGpus(
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        phase=(pod.get("status") or {}).get("phase", "Pending"),
+        gpus=gpus,
+        node=node,
+        product=product,
+        priority_class=spec.get("priorityClassName") or "",
+    )
+
+
+@dataclass(frozen=True)
+class Kind:
+    """How to list and watch one resource kind with the kubernetes client."""
+
+    name: str
+    api: str  # "core" or "scheduling"
+    method: str  # list function on that API class
+
+
+KINDS = (
+    Kind("namespaces", "core", "list_namespace"),
+    Kind("nodes", "core", "list_node"),
+    Kind("resourcequotas", "core", "list_resource_quota_for_all_namespaces"),
+    Kind("priorityclasses", "scheduling", "list_priority_class"),
+    Kind("pods", "core", "list_pod_for_all_namespaces"),
+)
+
+
+class Gone(Exception):
+    """The watch's resourceVersion is older than the server keeps: relist."""
+
+
+class LiveCache:
+    """Implements `ClusterFacts` from list+watch. Reads never block on the network."""
+
+    def __init__(
+        self,
+        api_client: Any,
+        *,
+        reservations: Reservations | None = None,
+        page_size: int = 500,
+        watch_timeout: int = 60,
+        max_backoff: float = 30.0,
+    ) -> None:
+        self.api_client = api_client
+        self.reservations = reservations
+        self.page_size = page_size
+        self.watch_timeout = watch_timeout
+        self.max_backoff = max_backoff
+        self._namespaces: dict[str, dict[str, str]] = {}
+        self._nodes: dict[str, Node] = {}
+        self._quotas: dict[tuple[str, str], Quota] = {}
+        self._classes: dict[str, PriorityClass] = {}
+        self._pods: dict[tuple[str, str], PodGpus] = {}
+        self._usage: dict[str, Usage] = defaultdict(Usage)
+        self._lock = threading.Lock()  # writers only; readers take references to whole values
+        self._contact: dict[str, float] = {}  # kind -> monotonic time of last sign of life
+        self._synced: set[str] = set()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._responses: dict[str, Any] = {}
+        self.relists: dict[str, int] = defaultdict(int)
+
+    # ---- ClusterFacts ---------------------------------------------------------------
+
+    def namespace_labels(self, namespace: str) -> dict[str, str] | None:
+        return self._namespaces.get(namespace)
+
+    def quotas(self, namespace: str) -> list[Quota]:
+        return [q for (ns, _), q in list(self._quotas.items()) if ns == namespace]
+
+    def priority_class(self, name: str) -> PriorityClass | None:
+        return self._classes.get(name)
+
+    def priority_classes(self) -> list[PriorityClass]:
+        return list(self._classes.values())
+
+    def nodes(self) -> list[Node]:
+        return list(self._nodes.values())
+
+    def usage(self, namespace: str) -> Usage:
+        return self._usage.get(namespace) or Usage()
+
+    def age_seconds(self) -> float | None:
+        """Seconds since the stalest kind last heard from the API server; inf before sync."""
+        if len(self._synced) < len(KINDS):
+            return float("inf")
+        now = time.monotonic()
+        return max(now - self._contact.get(k.name, 0.0) for k in KINDS)
+
+    @property
+    def synced(self) -> bool:
+        return len(self._synced) == len(KINDS)
+
+    @property
+    def pod_count(self) -> int:
+        return len(self._pods)
+
+    # ---- lifecycle --------------------------------------------------------------------
+
+    def start(self) -> None:
+        for kind in KINDS:
+            t = threading.Thread(target=self._run, args=(kind,), name=f"watch-{kind.name}")
+            t.daemon = True
+            t.start()
+            self._threads.append(t)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        for resp in list(self._responses.values()):
+            with contextlib.suppress(Exception):  # best effort: wakes a blocked watch read
+                resp.close()
+        for t in self._threads:
+            t.join(timeout)
+
+    def wait_synced(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not self.synced and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return self.synced
+
+    # ---- the informer loop ------------------------------------------------------------
+
+    def _list_fn(self, kind: Kind) -> Callable[..., Any]:
+        from kubernetes import client
+
+        api = client.CoreV1Api if kind.api == "core" else client.SchedulingV1Api
+        return getattr(api(self.api_client), kind.method)  # type: ignore[no-any-return]
+
+    def _run(self, kind: Kind) -> None:
+        backoff = 0.2
+        while not self._stop.is_set():
+            try:
+                version = self._list(kind)
+                backoff = 0.2
+                while not self._stop.is_set():
+                    version = self._watch(kind, version)
+            except Gone:
+                log.info("%s: resourceVersion expired (410 Gone); listing again", kind.name)
+                continue
+            except Exception as exc:
+                if self._stop.is_set():
+                    return
+                log.warning("%s: %s; retrying in %.1fs", kind.name, _describe(exc), backoff)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, self.max_backoff)
+
+    def _list(self, kind: Kind) -> str:
+        """Paged list; replaces the kind's contents whole, so deletions during an outage go."""
+        fn = self._list_fn(kind)
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"limit": self.page_size, "_preload_content": False}
+            if token:
+                kwargs["_continue"] = token
+            resp = fn(**kwargs)
+            try:
+                body = orjson.loads(resp.data)
+            finally:
+                resp.release_conn()
+            items.extend(body.get("items") or [])
+            meta = body.get("metadata") or {}
+            token = meta.get("continue")
+            if not token:
+                version = str(meta.get("resourceVersion", ""))
+                break
+        self._replace(kind.name, items)
+        self.relists[kind.name] += 1
+        self._contact[kind.name] = time.monotonic()
+        self._synced.add(kind.name)
+        log.info("%s: listed %d at resourceVersion %s", kind.name, len(items), version)
+        return version
+
+    def _watch(self, kind: Kind, version: str) -> str:
+        """One watch request; returns the resourceVersion to resume from when it ends."""
+        fn = self._list_fn(kind)
+        resp = fn(
+            watch=True,
+            resource_version=version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=self.watch_timeout,
+            _preload_content=False,
+        )
+        self._responses[kind.name] = resp
+        self._contact[kind.name] = time.monotonic()
+        try:
+            for line in _lines_until_cut(resp, kind.name):
+                event = orjson.loads(line)
+                kind_of, obj = event.get("type"), event.get("object") or {}
+                if kind_of == "ERROR":
+                    if obj.get("code") == 410:
+                        raise Gone()
+                    raise RuntimeError(f"watch error {obj.get('code')}: {obj.get('message')}")
+                version = str((obj.get("metadata") or {}).get("resourceVersion", version))
+                self._contact[kind.name] = time.monotonic()
+                if kind_of != "BOOKMARK":
+                    self._apply(kind.name, kind_of, obj)
+        finally:
+            self._responses.pop(kind.name, None)
+            resp.release_conn()
+        return version
+
+    # ---- applying objects -------------------------------------------------------------
+
+    def _replace(self, kind: str, items: list[dict[str, Any]]) -> None:
+        with self._lock:
+            if kind == "pods":
+                self._pods.clear()
+                self._usage = defaultdict(Usage)
+            elif kind == "namespaces":
+                self._namespaces = {}
+            elif kind == "nodes":
+                self._nodes = {}
+            elif kind == "resourcequotas":
+                self._quotas = {}
+            elif kind == "priorityclasses":
+                self._classes = {}
+        for obj in items:
+            self._apply(kind, "ADDED", obj)
+
+    def _node_product(self, name: str) -> str:
+        node = self._nodes.get(name)
+        return node.labels.get(GPU_PRODUCT_LABEL, "") if node else ""
+
+    def _apply(self, kind: str, event: str, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        name, ns = meta.get("name", ""), meta.get("namespace", "")
+        deleted = event == "DELETED"
+        with self._lock:
+            if kind == "pods":
+                self._apply_pod((ns, name), None if deleted else obj)
+            elif kind == "namespaces":
+                if deleted:
+                    self._namespaces.pop(name, None)
+                else:
+                    self._namespaces[name] = dict(meta.get("labels") or {})
+            elif kind == "nodes":
+                if deleted:
+                    self._nodes.pop(name, None)
+                else:
+                    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+                    self._nodes[name] = Node(
+                        name,
+                        dict(meta.get("labels") or {}),
+                        _extended(status.get("allocatable")),
+                        bool(spec.get("unschedulable")),
+                    )
+            elif kind == "resourcequotas":
+                if deleted:
+                    self._quotas.pop((ns, name), None)
+                else:
+                    status = obj.get("status") or {}
+                    hard = status.get("hard") or (obj.get("spec") or {}).get("hard") or {}
+                    self._quotas[(ns, name)] = Quota(
+                        ns, name, _quota_amounts(hard), _quota_amounts(status.get("used"))
+                    )
+            elif kind == "priorityclasses":
+                if deleted:
+                    self._classes.pop(name, None)
+                else:
+                    self._classes[name] = PriorityClass(
+                        name,
+                        int(obj.get("value") or 0),
+                        obj.get("preemptionPolicy") or "PreemptLowerPriority",
+                        bool(obj.get("globalDefault")),
+                    )
+
+    def _apply_pod(self, key: tuple[str, str], obj: dict[str, Any] | None) -> None:
+        old = self._pods.pop(key, None)
+        if old is not None and old.phase not in TERMINATED:
+            self._usage[old.namespace].add(old, -1)
+        new = pod_summary(obj, self._node_product) if obj is not None else None
+        if new is None:
+            return
+        self._pods[key] = new
+        if new.phase not in TERMINATED:
+            self._usage[new.namespace].add(new)
+        if old is None and self.reservations is not None:
+            self.reservations.release_for(new)
+
+
+def _quota_amounts(values: Any) -> dict[str, Fraction]:
+    out: dict[str, Fraction] = {}
+    for key, value in (values or {}).items():
+        if "/" not in key:  # only extended resources (requests.nvidia.com/gpu, ...)
+            continue
+        try:
+            out[key] = parse_quantity(value)
+        except QuantityError:
+            continue
+    return out
+
+
+def _lines_until_cut(resp: Any, kind: str) -> Iterator[bytes]:
+    """JSON lines of a watch stream, however the chunks split them.
+
+    A connection cut mid-stream just ends the lines: the caller resumes the watch from the
+    last resourceVersion it saw, as client-go's reflector does, without a relist.
+    """
+    import urllib3
+
+    buffer = b""
+    try:
+        for chunk in resp.stream(64 * 1024, decode_content=False):
+            buffer += chunk
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                if line.strip():
+                    yield line
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        log.info("%s: watch connection cut (%s); resuming", kind, type(exc).__name__)
+        time.sleep(0.05)  # a server that cuts every stream at once must not spin us
+        return
+    if buffer.strip():
+        yield buffer
+
+
+def _describe(exc: Exception) -> str:
+    status = getattr(exc, "status", None)
+    return f"HTTP {status}" if status else f"{type(exc).__name__}: {exc}"
