@@ -137,9 +137,9 @@ def test_a_dropped_connection_resumes_without_relisting(
 
 
 def test_410_gone_forces_a_relist_that_converges(cache: LiveCache, server: FakeApiServer) -> None:
-    server.compact()
     server.put("pods", gpu_pod("during-gap", gpus=3))
-    server.drop_watches()  # the resumed watch asks for a version the server no longer has
+    server.compact()  # the server forgets everything up to now
+    server.drop_watches()  # so the resumed watch asks for a version it no longer has
     eventually(lambda: server.gone["pods"] >= 1)
     eventually(lambda: server.lists["pods"] >= 2)
     eventually(lambda: used(cache) == 10)
@@ -171,3 +171,60 @@ def test_a_pod_seen_by_the_watch_releases_its_reservation(server: FakeApiServer)
         eventually(lambda: not holds.held("ml-team"))
     finally:
         live.stop()
+
+
+@pytest.fixture
+def served(server: FakeApiServer, webhook_with: Any, tmp_path: Any) -> Any:
+    """The real webhook reading its cluster facts from the fake API server."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(server.kubeconfig())
+    hook = webhook_with(
+        {
+            "gpu-quota": {
+                "budgets": [
+                    {"name": "ml", "namespaces": ["ml-team"], "limits": {"nvidia.com/gpu": 8}}
+                ],
+                "whenUnknown": "deny",
+            }
+        },
+        args=("--kubeconfig", str(kubeconfig)),
+        cluster={"maxStalenessSeconds": 2},
+    )
+    return hook
+
+
+def two_gpus() -> dict[str, Any]:
+    pod = gpu_pod("new", gpus=2)
+    pod["metadata"] = {"generateName": "new-"}
+    pod["apiVersion"], pod["kind"] = "v1", "Pod"
+    pod["spec"]["containers"][0]["resources"]["limits"]["memory"] = "8Gi"
+    pod["spec"]["containers"][0]["readinessProbe"] = {"tcpSocket": {"port": 80}}
+    return pod
+
+
+def test_the_webhook_decides_on_live_facts_and_follows_the_watch(
+    served: Any, server: FakeApiServer
+) -> None:
+    verdict = served.validate(two_gpus(), namespace="ml-team")
+    assert not verdict.allowed
+    assert "uses 7 of 8 nvidia.com/gpu; this pod asks 2" in verdict.message
+    server.delete("pods", "ml-team", "p0")
+    eventually(lambda: served.validate(two_gpus(), namespace="ml-team").allowed)
+
+
+def test_an_unreachable_api_server_follows_when_unknown_and_recovers(
+    served: Any, server: FakeApiServer
+) -> None:
+    server.delete("pods", "ml-team", "p0")
+    eventually(lambda: served.validate(two_gpus(), namespace="ml-team", dry_run=True).allowed)
+    server.set_down(True)
+    # dryRun throughout: a real admitted create would hold its GPUs for the reservation TTL.
+    eventually(
+        lambda: (
+            "cluster facts are"
+            in served.validate(two_gpus(), namespace="ml-team", dry_run=True).message
+        )
+    )
+    assert not served.validate(two_gpus(), namespace="ml-team", dry_run=True).allowed
+    server.set_down(False)
+    eventually(lambda: served.validate(two_gpus(), namespace="ml-team", dry_run=True).allowed)

@@ -43,7 +43,7 @@ def inject_ca_bundle(docs: list[dict[str, Any]], ca_pem: bytes) -> list[dict[str
     """
     _check_pem(ca_pem)
     bundle = base64.b64encode(ca_pem).decode("ascii")
-    out = []
+    out: list[dict[str, Any]] = []
     for doc in docs:
         if _is_webhook_configuration(doc):
             doc = copy.deepcopy(doc)

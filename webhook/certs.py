@@ -141,6 +141,6 @@ def generate(folder: Path, hosts: list[str], *, now: dt.datetime | None = None) 
     _write_key(paths.ca_key, ca_key)
     paths.ca_cert.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
     _write_key(paths.key, key)
-    # The chain: serving cert first, then the CA, so clients that only trust the CA verify it.
+    # The serving cert alone: the CA signs it directly, and clients trust the CA (caBundle).
     paths.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     return paths

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -29,6 +30,18 @@ def _certs_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _certs_inject(args: argparse.Namespace) -> int:
+    from webhook.certinject import inject_ca_bundle_file
+
+    try:
+        count = inject_ca_bundle_file(Path(args.file), Path(args.ca).read_bytes())
+    except (OSError, ValueError) as exc:
+        print(f"gpu-admission: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote the CA bundle of {args.ca} into {count} webhooks in {args.file}")
+    return 0
+
+
 def _serve(args: argparse.Namespace) -> int:
     from webhook.server import serve
 
@@ -44,6 +57,9 @@ def _serve(args: argparse.Namespace) -> int:
             rules_dir=Path(args.rules),
             rules_check_seconds=args.rules_check_seconds,
             cluster_snapshot=Path(args.cluster_snapshot) if args.cluster_snapshot else None,
+            kubeconfig=Path(args.kubeconfig) if args.kubeconfig else None,
+            in_cluster=args.in_cluster
+            or (not args.no_cluster and "KUBERNETES_SERVICE_HOST" in os.environ),
         )
     except (OSError, ValueError) as exc:
         print(f"gpu-admission: {exc}", file=sys.stderr)
@@ -130,6 +146,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--if-missing", action="store_true", help="do nothing when the folder already has them"
     )
     gen.set_defaults(func=_certs_generate)
+    inj = certs_sub.add_parser(
+        "inject", help="write the CA bundle into the webhook configurations of a YAML file"
+    )
+    inj.add_argument("--ca", default="certs/ca.crt", help="CA certificate (PEM)")
+    inj.add_argument(
+        "--file",
+        default="manifests/overlays/self-signed/webhooks-cabundle.yaml",
+        help="YAML file holding the webhook configurations (rewritten in place)",
+    )
+    inj.set_defaults(func=_certs_inject)
 
     srv = sub.add_parser("serve", help="serve /mutate and /validate over HTTPS")
     srv.add_argument("--host", default="127.0.0.1")
@@ -146,6 +172,15 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument(
         "--cluster-snapshot",
         help="cluster facts from this file instead of a cluster (examples/cluster-snapshot.yaml)",
+    )
+    srv.add_argument("--kubeconfig", help="read cluster facts through this kubeconfig")
+    srv.add_argument(
+        "--in-cluster",
+        action="store_true",
+        help="read cluster facts with the pod's service account (the default inside a pod)",
+    )
+    srv.add_argument(
+        "--no-cluster", action="store_true", help="no cluster facts, even inside a pod"
     )
     srv.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     srv.set_defaults(func=_serve)

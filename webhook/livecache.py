@@ -38,6 +38,7 @@ __all__ = ["KINDS", "LiveCache", "pod_summary"]
 
 log = logging.getLogger("gpu-admission.cache")
 
+
 def _extended(amounts: Any) -> dict[str, Fraction]:
     """Extended resources only (nvidia.com/gpu, rdma/...): cpu and memory are not ours."""
     out: dict[str, Fraction] = {}

@@ -15,6 +15,7 @@ from aiohttp import web
 
 from webhook.admission import answer_mutate, answer_validate
 from webhook.cluster import ClusterFacts, Reservations, ReservingFacts, load_snapshot
+from webhook.livecache import LiveCache
 from webhook.reload import RuleHolder
 from webhook.review import BadReview, decode
 
@@ -35,6 +36,12 @@ class ClusterSource:
 
     facts: ClusterFacts | None = None  # already includes the reservations
     reservations: Reservations | None = None
+    live: LiveCache | None = None  # set when the facts come from list+watch
+
+    @property
+    def ready(self) -> bool:
+        """Live facts must have synced once; a snapshot or no source is ready at once."""
+        return self.live is None or self.live.synced
 
 
 CLUSTER = web.AppKey("cluster", ClusterSource)
@@ -84,7 +91,32 @@ async def _healthz(request: web.Request) -> web.Response:
 async def _readyz(request: web.Request) -> web.Response:
     if request.app[RULES].current is None:
         return web.Response(status=503, text="no valid rule set loaded")
+    if not request.app[CLUSTER].ready:
+        return web.Response(status=503, text="cluster facts not synced yet")
     return web.Response(text="ok")
+
+
+async def _run_live_cache(app: web.Application) -> AsyncIterator[None]:
+    live = app[CLUSTER].live
+    if live is not None:
+        live.start()
+    yield
+    if live is not None:
+        await asyncio.get_running_loop().run_in_executor(None, live.stop)
+
+
+def live_source(kubeconfig: Path | None) -> ClusterSource:
+    """Facts from the API server: a kubeconfig file, or the pod's service account in-cluster."""
+    from kubernetes import client, config
+
+    cfg = client.Configuration()
+    if kubeconfig is not None:
+        config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
+    else:
+        config.load_incluster_config(client_configuration=cfg)
+    reservations = Reservations()
+    live = LiveCache(client.ApiClient(cfg), reservations=reservations)
+    return ClusterSource(ReservingFacts(live, reservations), reservations, live)
 
 
 def make_app(rules: RuleHolder, cluster: ClusterSource | None = None) -> web.Application:
@@ -95,6 +127,7 @@ def make_app(rules: RuleHolder, cluster: ClusterSource | None = None) -> web.App
     app.router.add_post("/validate", _review_handler(answer_validate))
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
+    app.cleanup_ctx.append(_run_live_cache)
     return app
 
 
@@ -176,6 +209,8 @@ def serve(
     cert_check_seconds: float = 10.0,
     rules_check_seconds: float = 2.0,
     cluster_snapshot: Path | None = None,
+    kubeconfig: Path | None = None,
+    in_cluster: bool = False,
 ) -> None:
     """Load the rules, then serve until SIGTERM/SIGINT; in-flight requests are drained.
 
@@ -190,6 +225,9 @@ def serve(
         source.reservations = Reservations()
         source.facts = ReservingFacts(load_snapshot(cluster_snapshot), source.reservations)
         log.info("cluster facts from the snapshot %s", cluster_snapshot)
+    elif kubeconfig is not None or in_cluster:
+        source = live_source(kubeconfig)
+        log.info("cluster facts from list+watch (%s)", kubeconfig or "in-cluster")
     else:
         log.warning("no cluster facts: quota, priority and schedulability rules are off")
     app = make_app(holder, source)
