@@ -14,6 +14,7 @@ from webhook.cluster import ClusterFacts, Reservations
 from webhook.config import RuleSet
 from webhook.engine import Judged, Subject, mutate, reservation, validate
 from webhook.findings import Finding
+from webhook.metrics import FINDINGS, REQUESTS
 from webhook.podviews import UnreadableObject, holds_pods
 from webhook.review import AdmissionRequest, encode
 
@@ -64,7 +65,9 @@ def answer_mutate(
     try:
         mutated = mutate(subject, rules, cluster=cluster)
     except UnreadableObject as exc:
+        REQUESTS.labels("mutate", subject.kind, "denied").inc()
         return _unreadable(request, exc)
+    REQUESTS.labels("mutate", subject.kind, "patched" if mutated.patch else "allowed").inc()
     return encode(
         request.uid,
         allowed=True,
@@ -81,13 +84,15 @@ def _warnings(findings: list[Finding]) -> list[str]:
     return lines
 
 
+_VERDICT = {"enforce": "deny", "warn": "warn", "audit": "audit"}
+
+
 def _annotations(judged: list[Judged]) -> dict[str, str]:
     """One audit annotation per rule that fired: rule id -> strongest verdict."""
-    verdict = {"enforce": "deny", "warn": "warn", "audit": "audit"}
     rank = {"deny": 0, "warn": 1, "audit": 2}
     out: dict[str, str] = {}
     for j in judged:
-        v = verdict[j.mode]
+        v = _VERDICT[j.mode]
         if j.finding.rule not in out or rank[v] < rank[out[j.finding.rule]]:
             out[j.finding.rule] = v
     return out
@@ -129,8 +134,12 @@ def answer_validate(
     try:
         judged = validate(subject, rules, cluster=cluster)
     except UnreadableObject as exc:
+        REQUESTS.labels("validate", subject.kind, "denied").inc()
         return _unreadable(request, exc)
     denied = any(j.mode == "enforce" for j in judged)
+    REQUESTS.labels("validate", subject.kind, "denied" if denied else "allowed").inc()
+    for j in judged:
+        FINDINGS.labels(j.finding.rule, _VERDICT[j.mode]).inc()
     if not denied and reservations is not None and not request.dry_run:
         hold = reservation(subject, rules, cluster=cluster)
         if hold is not None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from webhook.config import RuleSet
+from webhook.metrics import RELOADS
 from webhook.rulefiles import RuleFileError, load_rules, rule_files
 
 __all__ = ["RuleHolder", "fingerprint"]
@@ -55,11 +56,13 @@ class RuleHolder:
         except RuleFileError as exc:
             self.failures += 1
             self.last_error = str(exc)
+            RELOADS.labels("refused").inc()
             kept = "the previous rule set keeps serving" if self.current else "not ready"
             log.error("rule set in %s refused (%s):\n%s", self.source, kept, exc)
             return False
         self.current = rules
         self.reloads += 1
+        RELOADS.labels("loaded").inc()
         self.last_error = ""
         log.info("rule set loaded from %s (%s)", self.source, digest[:12])
         return True

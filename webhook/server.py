@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from aiohttp import web
 from webhook.admission import answer_mutate, answer_validate
 from webhook.cluster import ClusterFacts, Reservations, ReservingFacts, load_snapshot
 from webhook.livecache import LiveCache
+from webhook.metrics import CONTENT_TYPE, LATENCY, REQUESTS, render, watch_cluster_facts
 from webhook.reload import RuleHolder
 from webhook.review import BadReview, decode
 
@@ -61,6 +63,7 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except BadReview as exc:
+        REQUESTS.labels(request.path.strip("/"), "", "error").inc()
         return _error(400, str(exc))
     except web.HTTPRequestEntityTooLarge:
         return _error(413, f"request body over {MAX_BODY} bytes")
@@ -71,17 +74,28 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _error(500, "internal error in gpu-admission; see the webhook log")
 
 
-def _review_handler(answer: Callable[..., bytes]) -> Handler:
+def _review_handler(endpoint: str, answer: Callable[..., bytes]) -> Handler:
+    latency = LATENCY.labels(endpoint)
+
     async def handle(request: web.Request) -> web.Response:
         rules = request.app[RULES].current  # read once: a reload can't change it mid-request
         if rules is None:
             return _error(503, "no valid rule set loaded yet")
-        review = decode(await request.read())
+        body = await request.read()
+        started = time.perf_counter()
+        review = decode(body)
         source = request.app[CLUSTER]
-        body = answer(review.request, rules, cluster=source.facts, reservations=source.reservations)
-        return web.Response(body=body, content_type="application/json")
+        answer_body = answer(
+            review.request, rules, cluster=source.facts, reservations=source.reservations
+        )
+        latency.observe(time.perf_counter() - started)
+        return web.Response(body=answer_body, content_type="application/json")
 
     return handle
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    return web.Response(body=render(), headers={"Content-Type": CONTENT_TYPE})
 
 
 async def _healthz(request: web.Request) -> web.Response:
@@ -123,8 +137,9 @@ def make_app(rules: RuleHolder, cluster: ClusterSource | None = None) -> web.App
     app = web.Application(client_max_size=MAX_BODY, middlewares=[_errors])
     app[RULES] = rules
     app[CLUSTER] = cluster or ClusterSource()
-    app.router.add_post("/mutate", _review_handler(answer_mutate))
-    app.router.add_post("/validate", _review_handler(answer_validate))
+    app.router.add_post("/mutate", _review_handler("mutate", answer_mutate))
+    app.router.add_post("/validate", _review_handler("validate", answer_validate))
+    app.router.add_get("/metrics", _metrics)
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
     app.cleanup_ctx.append(_run_live_cache)
@@ -227,6 +242,9 @@ def serve(
         log.info("cluster facts from the snapshot %s", cluster_snapshot)
     elif kubeconfig is not None or in_cluster:
         source = live_source(kubeconfig)
+        live = source.live
+        assert live is not None
+        watch_cluster_facts(live.age_seconds, lambda: live.pod_count)
         log.info("cluster facts from list+watch (%s)", kubeconfig or "in-cluster")
     else:
         log.warning("no cluster facts: quota, priority and schedulability rules are off")

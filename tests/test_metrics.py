@@ -1,0 +1,52 @@
+"""/metrics tells an operator what the webhook did: verdicts per rule, shadow-mode findings."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from conftest import Webhook
+from test_modes import VIOLATION
+
+
+def metric(hook: Webhook, name: str, **labels: str) -> float:
+    text = hook.client.get(f"{hook.url}/metrics").text
+    wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        match = re.match(rf"{name}\{{(.*)\}} (\S+)$", line)
+        if match and ",".join(sorted(match.group(1).split(","))) == wanted:
+            return float(match.group(2))
+    return 0.0
+
+
+def test_denials_and_patches_are_counted(webhook: Webhook) -> None:
+    before = metric(webhook, "gpu_admission_findings_total", rule="privileged-gpu", verdict="deny")
+    assert not webhook.validate(VIOLATION).allowed
+    webhook.mutate(VIOLATION)
+    after = metric(webhook, "gpu_admission_findings_total", rule="privileged-gpu", verdict="deny")
+    assert after == before + 1
+    assert (
+        metric(
+            webhook,
+            "gpu_admission_requests_total",
+            endpoint="validate",
+            kind="Pod",
+            result="denied",
+        )
+        >= 1
+    )
+    assert (
+        metric(
+            webhook, "gpu_admission_requests_total", endpoint="mutate", kind="Pod", result="patched"
+        )
+        >= 1
+    )
+    text = webhook.client.get(f"{webhook.url}/metrics").text
+    assert 'gpu_admission_request_seconds_count{endpoint="validate"}' in text
+
+
+def test_shadow_mode_records_what_it_would_have_denied(webhook_with: Any) -> None:
+    hook: Webhook = webhook_with({}, mode="audit")
+    assert hook.validate(VIOLATION).allowed
+    assert metric(hook, "gpu_admission_findings_total", rule="privileged-gpu", verdict="audit") == 1
+    assert metric(hook, "gpu_admission_rule_reloads_total", result="loaded") == 1

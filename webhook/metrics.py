@@ -1,0 +1,62 @@
+"""Prometheus metrics: what was admitted, denied, warned and audited, and how fresh the facts are.
+
+Shadow mode (`audit`) is read back from `gpu_admission_findings_total{verdict="audit"}`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
+
+__all__ = [
+    "CONTENT_TYPE",
+    "FINDINGS",
+    "LATENCY",
+    "RELOADS",
+    "REQUESTS",
+    "render",
+    "watch_cluster_facts",
+]
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+REQUESTS = Counter(
+    "gpu_admission_requests_total",
+    "AdmissionReviews answered, by endpoint, kind and result (allowed, denied, patched, error).",
+    ["endpoint", "kind", "result"],
+)
+FINDINGS = Counter(
+    "gpu_admission_findings_total",
+    "Rule findings by rule id and verdict (deny, warn, audit); audit: what shadow mode would deny.",
+    ["rule", "verdict"],
+)
+LATENCY = Histogram(
+    "gpu_admission_request_seconds",
+    "Time to answer one AdmissionReview, body read to response built.",
+    ["endpoint"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+)
+RELOADS = Counter(
+    "gpu_admission_rule_reloads_total",
+    "Rule-set loads by result: loaded, or refused (invalid; the last good set kept serving).",
+    ["result"],
+)
+CLUSTER_AGE = Gauge(
+    "gpu_admission_cluster_facts_age_seconds",
+    "Seconds since the cluster facts last heard from the API server (0 for a snapshot).",
+)
+CLUSTER_PODS = Gauge(
+    "gpu_admission_cluster_gpu_pods",
+    "GPU pods held in the live cache as compact summaries.",
+)
+
+
+def watch_cluster_facts(age: Callable[[], float | None], pods: Callable[[], int]) -> None:
+    """Gauges read the facts when scraped, so they cost nothing per request."""
+    CLUSTER_AGE.set_function(lambda: min(age() or 0.0, 1e9))
+    CLUSTER_PODS.set_function(lambda: float(pods()))
+
+
+def render() -> bytes:
+    return generate_latest()
