@@ -297,12 +297,17 @@ def pod_specs_as_pods(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
     }
 
 
-def assert_schema_valid(obj: dict[str, Any]) -> None:
+def schema_problems(obj: dict[str, Any]) -> list[str]:
     """Built-in kinds are checked whole; CRDs (no schema here) pod spec by pod spec."""
     from webhook.podviews import BUILTIN_GROUPS, group_of
 
     if group_of(obj.get("apiVersion")) in BUILTIN_GROUPS:
-        errors = schema_errors(obj)
-    else:
-        errors = [e for pod in pod_specs_as_pods(obj).values() for e in schema_errors(pod)]
+        return schema_errors(obj)
+    return [
+        f"{where}: {e}" for where, pod in pod_specs_as_pods(obj).items() for e in schema_errors(pod)
+    ]
+
+
+def assert_schema_valid(obj: dict[str, Any]) -> None:
+    errors = schema_problems(obj)
     assert not errors, errors

@@ -85,10 +85,8 @@ def _facts() -> list[Row]:
     rows = []
     with table.open() as fh:
         for r in csv.DictReader(fh, delimiter="\t"):
-            # KServe's framework shortcuts (predictor.pytorch...) hold no pod spec: the corpus
-            # tool synthesizes a container for them, which the webhook does not change yet.
             known = holds_pods(group_of(r["api_version"]), r["kind"])
-            if known and r["pod_spec_path"] != "-" and "synthesized" not in r["flags"]:
+            if known and r["pod_spec_path"] != "-":
                 rows.append(
                     Row(
                         r["file"],

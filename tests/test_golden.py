@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import Webhook, assert_schema_valid
+from conftest import Webhook, schema_problems
 
 GOLDEN = Path(__file__).parent / "golden"
 CASES = sorted(p for p in GOLDEN.iterdir() if (p / "input.yaml").exists())
@@ -39,7 +39,9 @@ def test_golden_case_is_admitted_as_expected(webhook: Webhook, case: Path) -> No
     assert verdict.warned_rules == set(expected["warned"])
     for text in expected.get("messages", []):
         assert text in verdict.message + "\n".join(verdict.warnings)
-    assert_schema_valid(mutated)
+    # The patch never breaks the schema: the result has no error the input did not have
+    # (KServe's predictor with only a `model` is not a full PodSpec on its own).
+    assert set(schema_problems(mutated)) <= set(schema_problems(obj))
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

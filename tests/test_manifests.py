@@ -795,23 +795,6 @@ def _corpus() -> list[tuple[str, dict[str, Any]]]:
     return docs
 
 
-# Keys of a KServe predictor that hold a container (the model, or one framework's server).
-KSERVE_COMPONENT_CONTAINERS = (
-    *("model", "sklearn", "xgboost", "tensorflow", "pytorch", "triton"),
-    *("onnx", "huggingface", "pmml", "lightgbm", "paddle"),
-)
-
-
-def _gpu_in_kserve_model(doc: dict[str, Any]) -> bool:
-    predictor = (doc.get("spec") or {}).get("predictor") or {}
-    return doc.get("kind") == "InferenceService" and any(
-        RULES.is_gpu_resource(name)
-        for field in KSERVE_COMPONENT_CONTAINERS
-        for amounts in ((predictor.get(field) or {}).get("resources") or {}).values()
-        for name in amounts
-    )
-
-
 def _corpus_cases(only_routed: bool) -> list[Any]:
     docs = _corpus()
     if not docs:
@@ -820,17 +803,7 @@ def _corpus_cases(only_routed: bool) -> list[Any]:
     for doc_id, doc in docs:
         if only_routed and not routed(doc):
             continue
-        marks = []
-        if only_routed and _gpu_in_kserve_model(doc):
-            marks.append(
-                pytest.mark.xfail(
-                    strict=True,
-                    reason="webhook/podviews.py reads spec.predictor as a pod spec but not the "
-                    "container under predictor.model or predictor.<framework>: it sees no GPU "
-                    "where the match conditions (rightly) send the object",
-                )
-            )
-        cases.append(pytest.param(doc, id=doc_id, marks=marks))
+        cases.append(pytest.param(doc, id=doc_id))
     return cases
 
 

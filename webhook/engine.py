@@ -168,7 +168,7 @@ def mutate(subject: Subject, rules: RuleSet, *, cluster: ClusterFacts | None = N
     for view in views:
         if not view.asks_gpu:
             continue
-        work = working_copy(view.spec)
+        work = working_copy(view.spec, (c.slot for c in view.containers))
         for mutation in enabled:
             if mutation.apply(work, view, ctx) and mutation.rule not in out.rules:
                 out.rules.append(mutation.rule)

@@ -9,6 +9,7 @@ replaces a list it can't align; `jsonpatch` applies and checks every patch in th
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 __all__ = ["clone", "diff", "working_copy"]
@@ -35,19 +36,25 @@ def _copy_container(container: Any) -> Any:
     return copied
 
 
-def working_copy(spec: dict[str, Any]) -> dict[str, Any]:
+def working_copy(
+    spec: dict[str, Any], slots: Iterable[tuple[str | int, ...]] = ()
+) -> dict[str, Any]:
     """A copy of a pod spec for the mutations to edit.
 
     The contract for mutations: they may set keys of the spec, of a container and of its
     `resources` maps in place; anything deeper (a probe, a list) they replace with a new object
     rather than edit. Subtrees they leave alone stay shared with the original, so copying and
-    diffing cost what the mutations touched, not the size of the pod.
+    diffing cost what the mutations touched, not the size of the pod. `slots` names containers
+    kept outside the two lists (KServe's `model`), which are copied the same way.
     """
     work = dict(spec)
     for list_name in ("initContainers", "containers"):
         containers = spec.get(list_name)
         if isinstance(containers, list):
             work[list_name] = [_copy_container(c) for c in containers]
+    for slot in slots:
+        if len(slot) == 1 and isinstance(slot[0], str) and slot[0] in spec:
+            work[slot[0]] = _copy_container(spec[slot[0]])
     return work
 
 

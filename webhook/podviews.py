@@ -85,6 +85,16 @@ POD_SPEC_PATHS: dict[tuple[str, str], tuple[tuple[str, ...], ...]] = {
     ("batch.volcano.sh", "Job"): (("spec", "tasks", "*", "template", "spec"),),
 }
 
+# Pod-spec keys that hold one container each, besides the containers lists: KServe's model
+# and framework shortcuts (spec.predictor.model, spec.predictor.pytorch, ...).
+_KSERVE_INLINE = (
+    "model", "tensorflow", "pytorch", "sklearn", "xgboost", "onnx", "triton",
+    "lightgbm", "pmml", "paddle", "huggingface",
+)  # fmt: skip
+INLINE_CONTAINERS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("serving.kserve.io", "InferenceService"): _KSERVE_INLINE,
+}
+
 # Kinds whose pods come from a built-in controller: the apiserver knows their schema.
 BUILTIN_GROUPS = frozenset({"", "apps", "batch"})
 
@@ -154,7 +164,7 @@ class ContainerView:
     """One container (or init container) with its GPU asks already parsed."""
 
     raw: dict[str, Any]
-    index: int
+    slot: tuple[str | int, ...]  # where it sits in the pod spec: ("containers", 0) or ("model",)
     init: bool
     name: str
     field_path: str  # for messages, e.g. spec.template.spec.containers[0]
@@ -163,9 +173,12 @@ class ContainerView:
     raw_gpu_limits: dict[str, Any]
     raw_gpu_requests: dict[str, Any]
 
-    @property
-    def list_name(self) -> str:
-        return "initContainers" if self.init else "containers"
+    def locate(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """The same container inside another copy of the pod spec (a mutation's working copy)."""
+        node: Any = spec
+        for seg in self.slot:
+            node = node[seg]
+        return node  # type: ignore[no-any-return]
 
     @property
     def asks_gpu(self) -> bool:
@@ -249,37 +262,50 @@ def _gpu_quantities(
     return parsed, raw
 
 
-def _containers(
-    spec: dict[str, Any], spec_path: str, is_gpu: Callable[[str], bool]
-) -> tuple[ContainerView, ...]:
-    views: list[ContainerView] = []
+def _slots(
+    spec: dict[str, Any], spec_path: str, inline: tuple[str, ...]
+) -> Iterator[tuple[tuple[str | int, ...], dict[str, Any], bool, str]]:
+    """(slot, container, is init, field path) for every container the pod spec holds."""
     for list_name, init in (("initContainers", True), ("containers", False)):
         where = f"{spec_path}.{list_name}"
         for i, c in enumerate(_list_of_mappings(spec.get(list_name), where)):
-            cpath = f"{where}[{i}]"
-            for list_field in ("env", "volumeMounts"):
-                _list_of_mappings(c.get(list_field), f"{cpath}.{list_field}")
-            for map_field in ("securityContext", "readinessProbe", "livenessProbe", "startupProbe"):
-                _mapping(c.get(map_field), f"{cpath}.{map_field}")
-            res = _mapping(c.get("resources"), f"{cpath}.resources")
-            limits = _mapping(res.get("limits"), f"{cpath}.resources.limits")
-            requests = _mapping(res.get("requests"), f"{cpath}.resources.requests")
-            gl, rgl = _gpu_quantities(limits, f"{cpath}.resources.limits", is_gpu)
-            gr, rgr = _gpu_quantities(requests, f"{cpath}.resources.requests", is_gpu)
-            name = c.get("name")
-            views.append(
-                ContainerView(
-                    raw=c,
-                    index=i,
-                    init=init,
-                    name=name if isinstance(name, str) else f"#{i}",
-                    field_path=cpath,
-                    gpu_limits=gl,
-                    gpu_requests=gr,
-                    raw_gpu_limits=rgl,
-                    raw_gpu_requests=rgr,
-                )
+            yield (list_name, i), c, init, f"{where}[{i}]"
+    for key in inline:
+        if spec.get(key) is not None:
+            yield (key,), _mapping(spec[key], f"{spec_path}.{key}"), False, f"{spec_path}.{key}"
+
+
+def _containers(
+    spec: dict[str, Any],
+    spec_path: str,
+    is_gpu: Callable[[str], bool],
+    inline: tuple[str, ...] = (),
+) -> tuple[ContainerView, ...]:
+    views: list[ContainerView] = []
+    for slot, c, init, cpath in _slots(spec, spec_path, inline):
+        for list_field in ("env", "volumeMounts"):
+            _list_of_mappings(c.get(list_field), f"{cpath}.{list_field}")
+        for map_field in ("securityContext", "readinessProbe", "livenessProbe", "startupProbe"):
+            _mapping(c.get(map_field), f"{cpath}.{map_field}")
+        res = _mapping(c.get("resources"), f"{cpath}.resources")
+        limits = _mapping(res.get("limits"), f"{cpath}.resources.limits")
+        requests = _mapping(res.get("requests"), f"{cpath}.resources.requests")
+        gl, rgl = _gpu_quantities(limits, f"{cpath}.resources.limits", is_gpu)
+        gr, rgr = _gpu_quantities(requests, f"{cpath}.resources.requests", is_gpu)
+        name = c.get("name")
+        views.append(
+            ContainerView(
+                raw=c,
+                slot=slot,
+                init=init,
+                name=name if isinstance(name, str) else str(slot[-1]),
+                field_path=cpath,
+                gpu_limits=gl,
+                gpu_requests=gr,
+                raw_gpu_limits=rgl,
+                raw_gpu_requests=rgr,
             )
+        )
     return tuple(views)
 
 
@@ -339,7 +365,9 @@ def pod_views(obj: Any, *, group: str, kind: str, is_gpu: Callable[[str], bool])
                     kind=kind,
                     labels=_labels(meta),
                     owner_kinds=owners,
-                    containers=_containers(spec, spec_path, is_gpu),
+                    containers=_containers(
+                        spec, spec_path, is_gpu, INLINE_CONTAINERS.get((group, kind), ())
+                    ),
                     replicas=_replicas(obj, kind),
                 )
             )

@@ -59,7 +59,7 @@ def adjust_probes(spec: dict[str, Any], pod: PodView, ctx: Context) -> bool:
     cfg = ctx.rules.gpu_probe_delays
     changed = False
     for c in gpu_containers(pod):
-        container = spec[c.list_name][c.index]
+        container = c.locate(spec)
         if container.get("startupProbe"):
             continue
         if cfg.strategy == "startup-probe":
@@ -69,8 +69,8 @@ def adjust_probes(spec: dict[str, Any], pod: PodView, ctx: Context) -> bool:
     return changed
 
 
-# Kinds that run long-lived servers. Batch kinds (Job, training jobs) never take traffic, and
-# KubeRay injects its own probes into Ray pods.
+# Kinds that run long-lived servers. Batch kinds (Job, training jobs) never take traffic;
+# KubeRay injects its own probes into Ray pods and Knative (under KServe) into model servers.
 SERVING_KINDS = frozenset(
     {
         "Pod",
@@ -80,7 +80,6 @@ SERVING_KINDS = frozenset(
         "ReplicaSet",
         "ReplicationController",
         "LeaderWorkerSet",
-        "InferenceService",
     }
 )
 

@@ -34,7 +34,7 @@ def copy_requests_to_limits(spec: dict[str, Any], pod: PodView, ctx: Context) ->
         missing = {n: v for n, v in c.raw_gpu_requests.items() if n not in c.raw_gpu_limits}
         if not missing:
             continue
-        container = spec[c.list_name][c.index]
+        container = c.locate(spec)
         resources = container.get("resources") or {}
         container["resources"] = resources
         limits = resources.get("limits") or {}

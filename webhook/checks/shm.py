@@ -80,7 +80,7 @@ def add_shm(spec: dict[str, Any], pod: PodView, ctx: Context) -> bool:
         {"name": name, "emptyDir": {"medium": "Memory", "sizeLimit": format_bytes(size)}},
     ]
     for c in needing:
-        container = spec[c.list_name][c.index]
+        container = c.locate(spec)
         container["volumeMounts"] = [
             *(container.get("volumeMounts") or []),
             {"name": name, "mountPath": SHM_PATH},
