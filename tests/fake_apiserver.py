@@ -26,6 +26,12 @@ PATHS = {
     "resourcequotas": "/api/v1/resourcequotas",
     "pods": "/api/v1/pods",
     "priorityclasses": "/apis/scheduling.k8s.io/v1/priorityclasses",
+    "deployments": "/apis/apps/v1/deployments",
+    "statefulsets": "/apis/apps/v1/statefulsets",
+    "daemonsets": "/apis/apps/v1/daemonsets",
+    "replicasets": "/apis/apps/v1/replicasets",
+    "jobs": "/apis/batch/v1/jobs",
+    "cronjobs": "/apis/batch/v1/cronjobs",
 }
 KIND_NAMES = {
     "namespaces": ("v1", "Namespace"),
@@ -33,7 +39,18 @@ KIND_NAMES = {
     "resourcequotas": ("v1", "ResourceQuota"),
     "pods": ("v1", "Pod"),
     "priorityclasses": ("scheduling.k8s.io/v1", "PriorityClass"),
+    "deployments": ("apps/v1", "Deployment"),
+    "statefulsets": ("apps/v1", "StatefulSet"),
+    "daemonsets": ("apps/v1", "DaemonSet"),
+    "replicasets": ("apps/v1", "ReplicaSet"),
+    "jobs": ("batch/v1", "Job"),
+    "cronjobs": ("batch/v1", "CronJob"),
 }
+# Kinds that also answer on /namespaces/{namespace}/<plural> under their group's prefix.
+NAMESPACED = {
+    "pods", "resourcequotas", "deployments", "statefulsets", "daemonsets", "replicasets",
+    "jobs", "cronjobs",
+}  # fmt: skip
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
@@ -132,11 +149,11 @@ class FakeApiServer:
                 return web.Response(status=503, body=body, content_type="application/json")
             if request.query.get("watch") in ("true", "1"):
                 return await self._watch(kind, request)
-            return self._list(kind, request)
+            return self._list(kind, request, request.match_info.get("namespace"))
 
         return handle
 
-    def _list(self, kind: str, request: web.Request) -> web.Response:
+    def _list(self, kind: str, request: web.Request, namespace: str | None) -> web.Response:
         self.pages[kind] += 1
         limit = int(request.query.get("limit", "0") or 0)
         token = request.query.get("continue")
@@ -146,7 +163,10 @@ class FakeApiServer:
             offset, rv = (int(x) for x in base64.b64decode(token).decode().split(":"))
         else:
             offset, rv = 0, self.rv
-        items = sorted(self.objects[kind].values(), key=lambda o: o["metadata"]["name"])
+        items = sorted(
+            (o for (ns, _), o in self.objects[kind].items() if namespace in (None, ns)),
+            key=lambda o: o["metadata"]["name"],
+        )
         page = items[offset : offset + limit] if limit else items[offset:]
         meta: dict[str, Any] = {"resourceVersion": str(rv)}
         if limit and offset + limit < len(items):
@@ -218,6 +238,11 @@ class FakeApiServer:
                 app = web.Application()
                 for kind, path in PATHS.items():
                     app.router.add_get(path, self._handler(kind))
+                    if kind in NAMESPACED:
+                        prefix, plural = path.rsplit("/", 1)
+                        app.router.add_get(
+                            f"{prefix}/namespaces/{{namespace}}/{plural}", self._handler(kind)
+                        )
                 self._runner = web.AppRunner(app, handle_signals=False)
                 await self._runner.setup()
                 site = web.TCPSite(self._runner, "127.0.0.1", 0)

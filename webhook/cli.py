@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 __all__ = ["main"]
 
@@ -113,7 +114,17 @@ def _audit(args: argparse.Namespace) -> int:
     except SnapshotError as exc:
         print(f"gpu-admission: cluster snapshot: {exc}", file=sys.stderr)
         return 2
-    results = audit(read_sources(args.paths), rules, namespace=args.namespace, cluster=cluster)
+    if args.cluster:
+        if args.paths:
+            print("gpu-admission: give paths or --cluster, not both", file=sys.stderr)
+            return 2
+        return _audit_cluster(args, rules)
+    if not args.paths:
+        print("gpu-admission: audit needs paths (or - for stdin), or --cluster", file=sys.stderr)
+        return 2
+    results = audit(
+        read_sources(args.paths), rules, namespace=args.namespace or "default", cluster=cluster
+    )
     colour = args.output == "table" and sys.stdout.isatty() and not args.no_colour
     summary = write_report(
         results,
@@ -125,6 +136,56 @@ def _audit(args: argparse.Namespace) -> int:
     )
     if summary.errors:
         return 2
+    if summary.denied or (args.fail_on == "warn" and summary.warned):
+        return 1
+    return 0
+
+
+def _audit_cluster(args: argparse.Namespace, rules: Any) -> int:
+    """The live audit: facts and workloads from one paged read of the cluster."""
+    from kubernetes import client, config
+
+    from webhook.audit import AuditResult, audit
+    from webhook.clusteraudit import list_workloads, one_shot_facts, print_summary, summarize
+    from webhook.reports import write_report
+
+    cfg = client.Configuration()
+    try:
+        if args.kubeconfig:
+            config.load_kube_config(config_file=args.kubeconfig, client_configuration=cfg)
+        else:
+            config.load_kube_config(client_configuration=cfg)
+        api = client.ApiClient(cfg)
+        facts = one_shot_facts(api)
+    except Exception as exc:
+        print(f"gpu-admission: cannot read the cluster: {exc}", file=sys.stderr)
+        return 2
+    progress = sys.stderr if sys.stderr.isatty() else None
+    collected: list[AuditResult] = []
+
+    def keep(items: Any) -> Any:
+        for item in items:
+            if isinstance(item, AuditResult):
+                collected.append(item)
+            yield item
+
+    try:
+        workloads = list_workloads(api, namespace=args.namespace, progress=progress)
+        results = keep(audit(workloads, rules, cluster=facts))
+        colour = args.output == "table" and sys.stdout.isatty() and not args.no_colour
+        summary = write_report(
+            results,
+            fmt=args.output,
+            out=sys.stdout,
+            rules=rules,
+            colour=colour,
+            cluster_checked=True,
+        )
+    except Exception as exc:
+        print(f"\ngpu-admission: the cluster read failed part way: {exc}", file=sys.stderr)
+        return 2
+    if args.output == "table":
+        print_summary(summarize(collected, facts, rules))
     if summary.denied or (args.fail_on == "warn" and summary.warned):
         return 1
     return 0
@@ -188,12 +249,20 @@ def build_parser() -> argparse.ArgumentParser:
         "audit",
         help="evaluate manifests as the webhook would (exit 1 when something would be denied)",
     )
-    aud.add_argument("paths", nargs="+", help="files or folders (recursive); - reads stdin")
+    aud.add_argument("paths", nargs="*", help="files or folders (recursive); - reads stdin")
+    aud.add_argument(
+        "--cluster", action="store_true", help="audit the workloads of a live cluster instead"
+    )
+    aud.add_argument("--kubeconfig", help="with --cluster: the kubeconfig (default: as kubectl)")
     aud.add_argument("--rules", default="rules", help="folder of rule files (default: rules)")
     aud.add_argument(
         "--output", "-o", default="table", choices=["table", "json", "junit", "policyreport"]
     )
-    aud.add_argument("--namespace", default="default", help="namespace of objects that name none")
+    aud.add_argument(
+        "--namespace",
+        help="files: namespace of objects that name none (default: default); "
+        "--cluster: only this namespace",
+    )
     aud.add_argument("--fail-on", choices=["deny", "warn"], default="deny")
     aud.add_argument(
         "--cluster-snapshot", help="cluster facts for quota, priority and schedulability rules"

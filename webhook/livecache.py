@@ -193,6 +193,11 @@ class LiveCache:
         for t in self._threads:
             t.join(timeout)
 
+    def list_once(self) -> None:
+        """One paged list of every kind and no watch: a consistent-enough one-shot snapshot."""
+        for kind in KINDS:
+            self._list(kind)
+
     def wait_synced(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         while not self.synced and time.monotonic() < deadline:

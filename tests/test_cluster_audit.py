@@ -1,0 +1,98 @@
+"""`audit --cluster`: the workloads of a live cluster, read once through a kubeconfig."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ROOT
+from fake_apiserver import FakeApiServer
+from test_livecache import gpu_pod, seed
+
+
+def deployment(name: str, gpus: str, ns: str = "ml-team") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "c",
+                            "image": "vllm",
+                            "resources": {"limits": {"nvidia.com/gpu": gpus, "memory": "8Gi"}},
+                            "readinessProbe": {"tcpSocket": {"port": 80}},
+                        }
+                    ]
+                },
+            },
+        },
+    }
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Path]:
+    server = FakeApiServer()
+    server.start()
+    seed(server)  # 7 running GPU pods in ml-team, a ResourceQuota of 16
+    server.put("deployments", deployment("good", "1"))
+    server.put("deployments", deployment("half", "0.5"))
+    owned = gpu_pod("good-abc-1")
+    owned["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "name": "good-abc",
+            "uid": "u",
+            "controller": True,
+        }
+    ]
+    server.put("pods", owned)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(server.kubeconfig())
+    yield kubeconfig
+    server.stop()
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "webhook", "audit", "--rules", str(ROOT / "rules"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+
+
+def test_a_live_cluster_is_audited_like_manifests(cluster: Path) -> None:
+    result = run("--cluster", "--kubeconfig", str(cluster), "-o", "json")
+    assert result.returncode == 1, result.stderr  # the half-GPU Deployment
+    doc = json.loads(result.stdout)
+    by_name = {r["name"]: r for r in doc["results"]}
+    assert not by_name["half"]["allowed"]
+    assert by_name["good"]["allowed"]
+    assert "good-abc-1" not in by_name  # judged through its controller
+    assert doc["notChecked"] == []  # the cluster supplied the facts
+    assert doc["summary"]["objects"] == len(doc["results"])
+
+
+def test_the_table_ends_with_gpu_use_against_quota(cluster: Path) -> None:
+    result = run("--cluster", "--kubeconfig", str(cluster), "--namespace", "ml-team")
+    assert result.returncode == 1
+    assert "ml-team: in use nvidia.com/gpu=8; quota requests.nvidia.com/gpu=16" in result.stdout
+
+
+def test_an_unreachable_cluster_is_an_input_error(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(FakeApiServer().kubeconfig().replace(":0", ":9"))  # nothing listens
+    result = run("--cluster", "--kubeconfig", str(kubeconfig))
+    assert result.returncode == 2
+    assert "cannot read the cluster" in result.stderr
