@@ -93,6 +93,17 @@ class FakeApiServer:
         """Create or replace an object (ADDED or MODIFIED)."""
         self._call(self._put, kind, obj)
 
+    def load(self, kind: str, objects: list[dict[str, Any]]) -> None:
+        """Many objects at once, as if they had been created before anyone watched."""
+        for obj in objects:
+            self.rv += 1
+            meta = obj.setdefault("metadata", {})
+            meta["resourceVersion"] = str(self.rv)
+            api_version, kind_name = KIND_NAMES[kind]
+            obj.setdefault("apiVersion", api_version)
+            obj.setdefault("kind", kind_name)
+            self.objects[kind][(meta.get("namespace", ""), meta["name"])] = obj
+
     def delete(self, kind: str, namespace: str, name: str) -> None:
         self._call(self._delete, kind, namespace, name)
 

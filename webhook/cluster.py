@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -102,7 +102,10 @@ class ClusterFacts(Protocol):
     def quotas(self, namespace: str) -> list[Quota]: ...
     def priority_class(self, name: str) -> PriorityClass | None: ...
     def priority_classes(self) -> list[PriorityClass]: ...
-    def nodes(self) -> list[Node]: ...
+    def nodes(self) -> Sequence[Node]:
+        """The same object until the nodes change, so callers may memoize on its identity."""
+        ...
+
     def usage(self, namespace: str) -> Usage: ...
     def age_seconds(self) -> float | None: ...
 
@@ -163,7 +166,7 @@ class ReservingFacts:
     def priority_classes(self) -> list[PriorityClass]:
         return self.base.priority_classes()
 
-    def nodes(self) -> list[Node]:
+    def nodes(self) -> Sequence[Node]:
         return self.base.nodes()
 
     def usage(self, namespace: str) -> Usage:
@@ -264,7 +267,7 @@ class StaticSnapshot:
         pods: Iterable[PodGpus],
     ) -> None:
         self._namespaces = {k: dict(v) for k, v in namespaces.items()}
-        self._nodes = list(nodes)
+        self._nodes = tuple(nodes)
         self._quotas: dict[str, list[Quota]] = defaultdict(list)
         for q in quotas:
             self._quotas[q.namespace].append(q)
@@ -286,8 +289,8 @@ class StaticSnapshot:
     def priority_classes(self) -> list[PriorityClass]:
         return list(self._classes.values())
 
-    def nodes(self) -> list[Node]:
-        return list(self._nodes)
+    def nodes(self) -> Sequence[Node]:
+        return self._nodes
 
     def usage(self, namespace: str) -> Usage:
         return self._usage.get(namespace) or Usage()

@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -129,7 +129,9 @@ class LiveCache:
         self.max_backoff = max_backoff
         self._namespaces: dict[str, dict[str, str]] = {}
         self._nodes: dict[str, Node] = {}
-        self._quotas: dict[tuple[str, str], Quota] = {}
+        self._nodes_view: tuple[Node, ...] = ()  # rebuilt on node events, shared between reads
+        self._bulk = False
+        self._quotas: dict[str, dict[str, Quota]] = defaultdict(dict)  # namespace -> name -> quota
         self._classes: dict[str, PriorityClass] = {}
         self._pods: dict[tuple[str, str], PodGpus] = {}
         self._usage: dict[str, Usage] = defaultdict(Usage)
@@ -147,7 +149,7 @@ class LiveCache:
         return self._namespaces.get(namespace)
 
     def quotas(self, namespace: str) -> list[Quota]:
-        return [q for (ns, _), q in list(self._quotas.items()) if ns == namespace]
+        return list(self._quotas.get(namespace, {}).values())
 
     def priority_class(self, name: str) -> PriorityClass | None:
         return self._classes.get(name)
@@ -155,8 +157,8 @@ class LiveCache:
     def priority_classes(self) -> list[PriorityClass]:
         return list(self._classes.values())
 
-    def nodes(self) -> list[Node]:
-        return list(self._nodes.values())
+    def nodes(self) -> Sequence[Node]:
+        return self._nodes_view
 
     def usage(self, namespace: str) -> Usage:
         return self._usage.get(namespace) or Usage()
@@ -297,12 +299,18 @@ class LiveCache:
                 self._namespaces = {}
             elif kind == "nodes":
                 self._nodes = {}
+                self._nodes_view = ()
             elif kind == "resourcequotas":
-                self._quotas = {}
+                self._quotas = defaultdict(dict)
             elif kind == "priorityclasses":
                 self._classes = {}
-        for obj in items:
-            self._apply(kind, "ADDED", obj)
+        self._bulk = True  # one view rebuild per relist, not one per node
+        try:
+            for obj in items:
+                self._apply(kind, "ADDED", obj)
+        finally:
+            self._bulk = False
+        self._nodes_view = tuple(self._nodes.values())
 
     def _node_product(self, name: str) -> str:
         node = self._nodes.get(name)
@@ -331,13 +339,15 @@ class LiveCache:
                         _extended(status.get("allocatable")),
                         bool(spec.get("unschedulable")),
                     )
+                if not self._bulk:
+                    self._nodes_view = tuple(self._nodes.values())
             elif kind == "resourcequotas":
                 if deleted:
-                    self._quotas.pop((ns, name), None)
+                    self._quotas[ns].pop(name, None)
                 else:
                     status = obj.get("status") or {}
                     hard = status.get("hard") or (obj.get("spec") or {}).get("hard") or {}
-                    self._quotas[(ns, name)] = Quota(
+                    self._quotas[ns][name] = Quota(
                         ns, name, _quota_amounts(hard), _quota_amounts(status.get("used"))
                     )
             elif kind == "priorityclasses":

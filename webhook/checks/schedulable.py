@@ -4,7 +4,7 @@ there, a GPU resource no node offers. The message lists what the cluster does ha
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -41,6 +41,35 @@ def _expr_matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
 
 def _is_gpu_label(key: Any, prefixes: list[str]) -> bool:
     return isinstance(key, str) and any(key.startswith(p) for p in prefixes)
+
+
+_POOLS: dict[tuple[int, tuple[str, ...]], tuple[Sequence[Node], list[Node]]] = {}
+
+
+def gpu_pools(nodes: Sequence[Node], prefixes: list[str]) -> list[Node]:
+    """Schedulable nodes grouped by their GPU labels, each with its largest GPU allocatable.
+
+    A cluster has thousands of nodes but a handful of GPU pools, and only GPU labels and GPU
+    capacity matter here. Memoized on the identity of the facts' node sequence, which stays
+    the same object until a node changes.
+    """
+    key = (id(nodes), tuple(prefixes))
+    hit = _POOLS.get(key)
+    if hit is not None and hit[0] is nodes:
+        return hit[1]
+    grouped: dict[tuple[tuple[str, str], ...], dict[str, Fraction]] = {}
+    for n in nodes:
+        if n.unschedulable:
+            continue
+        labels = tuple(sorted((k, v) for k, v in n.labels.items() if _is_gpu_label(k, prefixes)))
+        most = grouped.setdefault(labels, {})
+        for name, amount in n.gpus.items():
+            most[name] = max(most.get(name, Fraction(0)), amount)
+    pools = [Node("pool", dict(labels), gpus) for labels, gpus in grouped.items()]
+    if len(_POOLS) >= 8:
+        _POOLS.clear()
+    _POOLS[key] = (nodes, pools)  # holding `nodes` keeps its id from being reused
+    return pools
 
 
 def _selected(pod: PodView, nodes: list[Node], prefixes: list[str]) -> tuple[list[Node], str]:
@@ -96,9 +125,9 @@ def gpu_schedulable(pod: PodView, ctx: Context) -> Iterator[Finding]:
         if ask:
             yield unknown_facts(RULE, cfg.when_unknown, reason, field)
         return
-    nodes = [n for n in facts.nodes() if not n.unschedulable]
     if not ask:
         return
+    nodes = gpu_pools(facts.nodes(), cfg.gpu_label_prefixes)
     for name in ask:
         if not any(n.gpus.get(name, 0) > 0 for n in nodes):
             offered = sorted({r for n in nodes for r, v in n.gpus.items() if v > 0})
