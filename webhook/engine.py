@@ -16,7 +16,7 @@ from webhook.cluster import ClusterFacts, PodGpus
 from webhook.config import RuleSet, matches_any
 from webhook.context import Context
 from webhook.findings import Finding
-from webhook.patch import diff, working_copy
+from webhook.patch import clone, diff, working_copy
 from webhook.podviews import PodView, pod_views
 
 __all__ = [
@@ -230,6 +230,8 @@ def evaluate(subject: Subject, rules: RuleSet, *, cluster: ClusterFacts | None =
     if patch:
         import jsonpatch  # only the audits need it; the webhook path never applies patches
 
-        subject = dataclasses.replace(subject, obj=jsonpatch.apply_patch(subject.obj, patch))
+        # A JSON-only clone is several times cheaper than the deepcopy apply_patch would make.
+        mutated = jsonpatch.JsonPatch(patch).apply(clone(subject.obj), in_place=True)
+        subject = dataclasses.replace(subject, obj=mutated)
     judged = validate(subject, rules, cluster=cluster)
     return Outcome(mutated=subject.obj, patch=patch, judged=judged)

@@ -62,6 +62,7 @@ def _expanded_size(root: Any, limit: int) -> int:
 
 def _documents(text: str, label: str) -> Iterator[Document | InputError]:
     loader = yaml.CSafeLoader if hasattr(yaml, "CSafeLoader") else yaml.SafeLoader
+    has_anchors = "&" in text
     index = 0
     stream = yaml.load_all(text, Loader=loader)
     while True:
@@ -82,7 +83,8 @@ def _documents(text: str, label: str) -> Iterator[Document | InputError]:
         index += 1
         if doc is None:
             continue
-        if _expanded_size(doc, MAX_NODES) > MAX_NODES:
+        # Aliases need anchors: a text without "&" cannot expand, so skip the count.
+        if has_anchors and _expanded_size(doc, MAX_NODES) > MAX_NODES:
             yield InputError(source, f"expands to over {MAX_NODES} nodes (YAML alias bomb?)")
             continue
         if not isinstance(doc, dict):
