@@ -40,7 +40,19 @@ BAD_BODIES = {
     "empty uid": (envelope(uid=""), "request.uid"),
     "unknown operation": (envelope(operation="PATCH"), "request.operation"),
     "uid of wrong type": (envelope(uid=42), "request.uid"),
-    "deep nesting": (b'{"apiVersion":' + b"[" * 100_000 + b"]" * 100_000 + b"}", "JSON"),
+    "deep nesting": (
+        b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":'
+        + b"[" * 100_000
+        + b"]" * 100_000
+        + b"}",
+        "request: Expected `object`",
+    ),
+    "deep nesting inside the object": (
+        json.dumps(review_for({"spec": {}, "x": "NEST"}, kind="Pod"))
+        .encode()
+        .replace(b'"NEST"', b"[" * 5000 + b"]" * 5000),
+        "nested too deeply",
+    ),
 }
 
 
@@ -71,11 +83,18 @@ def test_a_body_just_under_the_limit_is_answered(webhook: Webhook) -> None:
     assert webhook.review("mutate", review).allowed
 
 
+# Each holds a GPU marker: an object that could not ask for a GPU takes the fast path (below).
 UNREADABLE = {
-    "object is a string": ("not a pod", "object"),
-    "spec is a list": ({"spec": []}, "spec: expected an object"),
-    "containers is a string": ({"spec": {"containers": "llm"}}, "spec.containers: expected a list"),
-    "container is a number": ({"spec": {"containers": [7]}}, "spec.containers[0]: expected"),
+    "object is a string": ("nvidia.com/gpu: 1", "object"),
+    "spec is a list": ({"spec": ["nvidia.com/gpu"]}, "spec: expected an object"),
+    "containers is a string": (
+        {"spec": {"containers": "nvidia.com/gpu"}},
+        "spec.containers: expected a list",
+    ),
+    "container is a number": (
+        {"spec": {"containers": [7], "nodeSelector": {"nvidia.com/gpu.product": "H100"}}},
+        "spec.containers[0]: expected",
+    ),
     "limits is a list": (
         {"spec": {"containers": [{"name": "a", "resources": {"limits": ["nvidia.com/gpu"]}}]}},
         "spec.containers[0].resources.limits: expected an object",
@@ -85,7 +104,7 @@ UNREADABLE = {
         'spec.containers[0].resources.limits["nvidia.com/gpu"]',
     ),
     "env is an object": (
-        {"spec": {"containers": [{"name": "a", "env": {"A": "b"}}]}},
+        {"spec": {"containers": [{"name": "a", "env": {"NVIDIA_VISIBLE_DEVICES": "all"}}]}},
         "spec.containers[0].env: expected a list",
     ),
     "memory limit is junk on a gpu container": (
@@ -110,6 +129,14 @@ def test_an_object_that_cannot_be_read_is_denied_naming_the_field(
     assert mutate.raw["status"]["code"] == 400
     assert field in mutate.message
     assert webhook.alive()
+
+
+def test_a_malformed_object_that_cannot_ask_for_a_gpu_takes_the_fast_path(
+    webhook: Webhook,
+) -> None:
+    """No GPU marker in the bytes: allowed unparsed; the apiserver's schema check refuses it."""
+    for obj in ({"spec": {"containers": "web"}}, "not a pod", {"spec": []}):
+        assert webhook.review("mutate", review_for(obj, kind="Pod")).allowed
 
 
 def test_unknown_kinds_are_allowed_untouched(webhook: Webhook) -> None:

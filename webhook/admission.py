@@ -14,8 +14,9 @@ from webhook.cluster import ClusterFacts, Reservations
 from webhook.config import RuleSet
 from webhook.engine import Judged, Subject, mutate, reservation, validate
 from webhook.findings import Finding
-from webhook.metrics import FINDINGS, REQUESTS
+from webhook.metrics import FINDINGS, counted
 from webhook.podviews import UnreadableObject, holds_pods
+from webhook.prefilter import might_apply
 from webhook.review import AdmissionRequest, encode
 
 __all__ = ["MAX_WARNINGS", "answer_mutate", "answer_validate", "subject_of"]
@@ -26,20 +27,30 @@ MAX_WARNINGS = 5
 decisions = logging.getLogger("gpu-admission.decisions")
 
 
-def subject_of(request: AdmissionRequest) -> Subject | None:
-    """The engine's view of the request, or None when there is nothing to look at."""
-    if request.sub_resource or request.operation not in ("CREATE", "UPDATE"):
-        return None
-    group, kind = request.kind.group, request.kind.kind
-    if not holds_pods(group, kind):
-        return None
-    obj = request.object
+def _skip(request: AdmissionRequest) -> bool:
+    """Requests the engine has nothing to say about: subresources, DELETE/CONNECT, other kinds."""
+    return (
+        bool(request.sub_resource)
+        or request.operation not in ("CREATE", "UPDATE")
+        or not holds_pods(request.kind.group, request.kind.kind)
+    )
+
+
+def subject_of(request: AdmissionRequest) -> Subject:
+    """The engine's view of the request; raises `UnreadableObject` for JSON it cannot parse."""
+    try:
+        obj = request.parsed_object()
+        old = request.parsed_old_object() if request.operation == "UPDATE" else None
+    except orjson.JSONDecodeError as exc:
+        raise UnreadableObject("object", f"not readable JSON ({exc})") from None
     namespace = request.namespace
     if not namespace and isinstance(obj, dict):
         meta = obj.get("metadata")
         if isinstance(meta, dict) and isinstance(meta.get("namespace"), str):
             namespace = meta["namespace"]
-    return Subject(obj, group, kind, namespace or "default", request.operation, request.old_object)
+    return Subject(
+        obj, request.kind.group, request.kind.kind, namespace or "default", request.operation, old
+    )
 
 
 def _unreadable(request: AdmissionRequest, exc: UnreadableObject) -> bytes:
@@ -59,15 +70,18 @@ def answer_mutate(
     cluster: ClusterFacts | None = None,
     reservations: Reservations | None = None,
 ) -> bytes:
-    subject = subject_of(request)
-    if subject is None:
+    if _skip(request):
+        return encode(request.uid, allowed=True)
+    if not might_apply(request.raw_object, rules):
+        counted("mutate", request.kind.kind, "fast").inc()
         return encode(request.uid, allowed=True)
     try:
+        subject = subject_of(request)
         mutated = mutate(subject, rules, cluster=cluster)
     except UnreadableObject as exc:
-        REQUESTS.labels("mutate", subject.kind, "denied").inc()
+        counted("mutate", request.kind.kind, "denied").inc()
         return _unreadable(request, exc)
-    REQUESTS.labels("mutate", subject.kind, "patched" if mutated.patch else "allowed").inc()
+    counted("mutate", request.kind.kind, "patched" if mutated.patch else "allowed").inc()
     return encode(
         request.uid,
         allowed=True,
@@ -98,11 +112,13 @@ def _annotations(judged: list[Judged]) -> dict[str, str]:
     return out
 
 
-def _log_decision(request: AdmissionRequest, judged: list[Judged], *, allowed: bool) -> None:
+def _log_decision(
+    request: AdmissionRequest, subject: Subject, judged: list[Judged], *, allowed: bool
+) -> None:
     """One structured line per judged object: what shadow (audit) mode is read back from."""
     if not decisions.isEnabledFor(logging.INFO):
         return
-    obj = request.object if isinstance(request.object, dict) else {}
+    obj = subject.obj if isinstance(subject.obj, dict) else {}
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
     line = {
         "event": "admission",
@@ -128,16 +144,19 @@ def answer_validate(
     reservations: Reservations | None = None,
 ) -> bytes:
     """The verdict; an admitted GPU pod's GPUs are held until the watch sees it (not dryRun)."""
-    subject = subject_of(request)
-    if subject is None:
+    if _skip(request):
+        return encode(request.uid, allowed=True)
+    if not might_apply(request.raw_object, rules):
+        counted("validate", request.kind.kind, "fast").inc()
         return encode(request.uid, allowed=True)
     try:
+        subject = subject_of(request)
         judged = validate(subject, rules, cluster=cluster)
     except UnreadableObject as exc:
-        REQUESTS.labels("validate", subject.kind, "denied").inc()
+        counted("validate", request.kind.kind, "denied").inc()
         return _unreadable(request, exc)
     denied = any(j.mode == "enforce" for j in judged)
-    REQUESTS.labels("validate", subject.kind, "denied" if denied else "allowed").inc()
+    counted("validate", request.kind.kind, "denied" if denied else "allowed").inc()
     for j in judged:
         FINDINGS.labels(j.finding.rule, _VERDICT[j.mode]).inc()
     if not denied and reservations is not None and not request.dry_run:
@@ -149,7 +168,7 @@ def answer_validate(
     denials = [j.finding for j in judged if j.mode == "enforce"]
     warnings = [j.finding for j in judged if j.mode == "warn"]
     message = "\n".join(f.message() for f in denials)
-    _log_decision(request, judged, allowed=not denials)
+    _log_decision(request, subject, judged, allowed=not denials)
     return encode(
         request.uid,
         allowed=not denials,

@@ -24,6 +24,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from webhook.memo import by_identity
 from webhook.quantity import QuantityError, parse_quantity
 from webhook.selectors import LabelSelector
 
@@ -279,9 +280,17 @@ def _is_pattern(name: str) -> bool:
     return any(ch in name for ch in "*?[")
 
 
+@by_identity(64)
+def _matcher(patterns: list[str]) -> tuple[frozenset[str], re.Pattern[str] | None]:
+    exact = frozenset(p for p in patterns if not _is_pattern(p))
+    loose = [fnmatch.translate(p) for p in patterns if _is_pattern(p)]
+    return exact, re.compile("|".join(loose)) if loose else None
+
+
 def matches_any(name: str, patterns: list[str]) -> bool:
-    """Exact names or shell-style patterns (`team-*`)."""
-    return any(fnmatch.fnmatchcase(name, p) if _is_pattern(p) else name == p for p in patterns)
+    """Exact names or shell-style patterns (`team-*`); compiled once per pattern list."""
+    exact, loose = _matcher(patterns)
+    return name in exact or (loose is not None and loose.match(name) is not None)
 
 
 class Exemptions(_Model):

@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.checks import MUTATIONS, VALIDATIONS
+from webhook.checks import active_validations, enabled_mutations
 from webhook.checks.facts import pod_gpus, pod_product
 from webhook.cluster import ClusterFacts, PodGpus
 from webhook.config import RuleSet, matches_any
@@ -162,7 +162,7 @@ def mutate(subject: Subject, rules: RuleSet, *, cluster: ClusterFacts | None = N
     subject = _with_labels(subject, cluster)
     rules, views = scope(subject, rules)
     ctx = _context(subject, rules, cluster)
-    enabled = [m for m in MUTATIONS if m.enabled(rules)]
+    enabled = enabled_mutations(rules)
     if not enabled:
         return out
     for view in views:
@@ -184,8 +184,7 @@ def validate(
     subject = _with_labels(subject, cluster)
     rules, views = scope(subject, rules)
     ctx = _context(subject, rules, cluster)
-    active = [(v, v.mode(rules)) for v in VALIDATIONS if cluster is not None or not v.needs_cluster]
-    active = [(v, mode) for v, mode in active if mode != "off"]
+    active = active_validations(rules, cluster is not None)
     for view in views:
         gpu = view.asks_gpu
         for validation, mode in active:

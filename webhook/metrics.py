@@ -6,6 +6,8 @@ Shadow mode (`audit`) is read back from `gpu_admission_findings_total{verdict="a
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import lru_cache
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
 
@@ -15,6 +17,7 @@ __all__ = [
     "LATENCY",
     "RELOADS",
     "REQUESTS",
+    "counted",
     "render",
     "watch_cluster_facts",
 ]
@@ -50,6 +53,15 @@ CLUSTER_PODS = Gauge(
     "gpu_admission_cluster_gpu_pods",
     "GPU pods held in the live cache as compact summaries.",
 )
+
+
+@lru_cache(maxsize=512)
+def counted(endpoint: str, kind: str, result: str) -> Any:
+    """The request counter's child for these labels; `labels()` costs microseconds per call.
+
+    Kinds are the few that hold pods (or "" for bodies that were not reviews): bounded.
+    """
+    return REQUESTS.labels(endpoint, kind, result)
 
 
 def watch_cluster_facts(age: Callable[[], float | None], pods: Callable[[], int]) -> None:

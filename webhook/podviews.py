@@ -172,6 +172,8 @@ class ContainerView:
     gpu_requests: dict[str, Fraction]
     raw_gpu_limits: dict[str, Any]
     raw_gpu_requests: dict[str, Any]
+    # Zero is not an ask: `nvidia.com/gpu: 0` is a common way to say "no GPU".
+    asks_gpu: bool = False
 
     def locate(self, spec: dict[str, Any]) -> dict[str, Any]:
         """The same container inside another copy of the pod spec (a mutation's working copy)."""
@@ -179,13 +181,6 @@ class ContainerView:
         for seg in self.slot:
             node = node[seg]
         return node  # type: ignore[no-any-return]
-
-    @property
-    def asks_gpu(self) -> bool:
-        """Zero is not an ask: `nvidia.com/gpu: 0` is a common way to say "no GPU"."""
-        return any(v > 0 for v in self.gpu_limits.values()) or any(
-            v > 0 for v in self.gpu_requests.values()
-        )
 
     @property
     def resources(self) -> dict[str, Any]:
@@ -304,6 +299,7 @@ def _containers(
                 gpu_requests=gr,
                 raw_gpu_limits=rgl,
                 raw_gpu_requests=rgr,
+                asks_gpu=any(v > 0 for v in gl.values()) or any(v > 0 for v in gr.values()),
             )
         )
     return tuple(views)

@@ -17,7 +17,7 @@ from aiohttp import web
 from webhook.admission import answer_mutate, answer_validate
 from webhook.cluster import ClusterFacts, Reservations, ReservingFacts, load_snapshot
 from webhook.livecache import LiveCache
-from webhook.metrics import CONTENT_TYPE, LATENCY, REQUESTS, render, watch_cluster_facts
+from webhook.metrics import CONTENT_TYPE, LATENCY, counted, render, watch_cluster_facts
 from webhook.reload import RuleHolder
 from webhook.review import BadReview, decode
 
@@ -63,7 +63,7 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except BadReview as exc:
-        REQUESTS.labels(request.path.strip("/"), "", "error").inc()
+        counted(request.path.strip("/"), "", "error").inc()
         return _error(400, str(exc))
     except web.HTTPRequestEntityTooLarge:
         return _error(413, f"request body over {MAX_BODY} bytes")

@@ -25,9 +25,18 @@ from webhook.checks import (
 from webhook.config import RuleSet
 from webhook.context import Context
 from webhook.findings import Finding
+from webhook.memo import by_identity
 from webhook.podviews import PodView
 
-__all__ = ["CLUSTER_RULES", "MUTATIONS", "VALIDATIONS", "Mutation", "Validation"]
+__all__ = [
+    "CLUSTER_RULES",
+    "MUTATIONS",
+    "VALIDATIONS",
+    "Mutation",
+    "Validation",
+    "active_validations",
+    "enabled_mutations",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +92,23 @@ VALIDATIONS: tuple[Validation, ...] = (
     ),
     Validation("gpu-schedulable", schedulable.gpu_schedulable, gpu_only=True, needs_cluster=True),
 )
+
+
+@by_identity()
+def enabled_mutations(rules: RuleSet) -> tuple[Mutation, ...]:
+    """The mutations a rule set switches on, worked out once per rule set."""
+    return tuple(m for m in MUTATIONS if m.enabled(rules))
+
+
+@by_identity()
+def active_validations(rules: RuleSet, with_cluster: bool) -> tuple[tuple[Validation, str], ...]:
+    """(validation, mode) for every validation not off, worked out once per rule set."""
+    return tuple(
+        (v, mode)
+        for v in VALIDATIONS
+        if (with_cluster or not v.needs_cluster) and (mode := v.mode(rules)) != "off"
+    )
+
 
 # Rules that judge nothing without cluster facts; audits list them as not checked.
 CLUSTER_RULES: tuple[str, ...] = tuple(v.rule for v in VALIDATIONS if v.needs_cluster)

@@ -12,6 +12,7 @@ from webhook.checks.facts import pod_gpus, required_terms, show, trusted_facts, 
 from webhook.cluster import Node
 from webhook.context import Context
 from webhook.findings import Finding
+from webhook.memo import by_identity
 from webhook.podviews import PodView
 
 __all__ = ["gpu_schedulable"]
@@ -43,9 +44,6 @@ def _is_gpu_label(key: Any, prefixes: list[str]) -> bool:
     return isinstance(key, str) and any(key.startswith(p) for p in prefixes)
 
 
-_POOLS: dict[tuple[int, tuple[str, ...]], tuple[Sequence[Node], list[Node]]] = {}
-
-
 def gpu_pools(nodes: Sequence[Node], prefixes: list[str]) -> list[Node]:
     """Schedulable nodes grouped by their GPU labels, each with its largest GPU allocatable.
 
@@ -53,23 +51,22 @@ def gpu_pools(nodes: Sequence[Node], prefixes: list[str]) -> list[Node]:
     capacity matter here. Memoized on the identity of the facts' node sequence, which stays
     the same object until a node changes.
     """
-    key = (id(nodes), tuple(prefixes))
-    hit = _POOLS.get(key)
-    if hit is not None and hit[0] is nodes:
-        return hit[1]
+    return _pools(nodes, tuple(prefixes))
+
+
+@by_identity()
+def _pools(nodes: Sequence[Node], prefixes: tuple[str, ...]) -> list[Node]:
     grouped: dict[tuple[tuple[str, str], ...], dict[str, Fraction]] = {}
     for n in nodes:
         if n.unschedulable:
             continue
-        labels = tuple(sorted((k, v) for k, v in n.labels.items() if _is_gpu_label(k, prefixes)))
+        labels = tuple(
+            sorted((k, v) for k, v in n.labels.items() if _is_gpu_label(k, list(prefixes)))
+        )
         most = grouped.setdefault(labels, {})
         for name, amount in n.gpus.items():
             most[name] = max(most.get(name, Fraction(0)), amount)
-    pools = [Node("pool", dict(labels), gpus) for labels, gpus in grouped.items()]
-    if len(_POOLS) >= 8:
-        _POOLS.clear()
-    _POOLS[key] = (nodes, pools)  # holding `nodes` keeps its id from being reused
-    return pools
+    return [Node("pool", dict(labels), gpus) for labels, gpus in grouped.items()]
 
 
 def _selected(pod: PodView, nodes: list[Node], prefixes: list[str]) -> tuple[list[Node], str]:
