@@ -186,7 +186,12 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def start_webhook(
-    certs: Path, rules: Path, log: Path, *extra: str, wait_ready: bool = True
+    certs: Path,
+    rules: Path,
+    log: Path,
+    *extra: str,
+    wait_ready: bool = True,
+    client_cert: tuple[Path, Path] | None = None,
 ) -> Webhook:
     port = _free_port()
     with log.open("wb") as fh:
@@ -213,7 +218,10 @@ def start_webhook(
             cwd=ROOT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
-    client = httpx.Client(verify=ssl.create_default_context(cafile=certs / "ca.crt"), timeout=10.0)
+    ctx = ssl.create_default_context(cafile=certs / "ca.crt")
+    if client_cert is not None:  # as an apiserver configured with a client certificate
+        ctx.load_cert_chain(*client_cert)
+    client = httpx.Client(verify=ctx, timeout=10.0)
     url = f"https://127.0.0.1:{port}"
     deadline = time.monotonic() + 20
     while True:

@@ -120,20 +120,28 @@ def _log_decision(
         return
     obj = subject.obj if isinstance(subject.obj, dict) else {}
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-    line = {
-        "event": "admission",
-        "uid": request.uid,
-        "kind": request.kind.kind,
-        "namespace": request.namespace,
-        "name": request.name or meta.get("name") or meta.get("generateName", ""),
-        "operation": request.operation,
-        "dryRun": request.dry_run,
-        "allowed": allowed,
-        "findings": [
-            {"rule": j.finding.rule, "mode": j.mode, "field": j.finding.field} for j in judged
-        ],
-    }
-    decisions.info(orjson.dumps(line).decode())
+    name = request.name or meta.get("name") or meta.get("generateName", "")
+    findings = [{"rule": j.finding.rule, "mode": j.mode, "field": j.finding.field} for j in judged]
+    decisions.info(
+        "%s %s %s/%s: %s",
+        "allowed" if allowed else "denied",
+        request.kind.kind,
+        subject.namespace,
+        name,
+        ", ".join(f"{j.finding.rule}={j.mode}" for j in judged),
+        # Structured fields: the JSON log format emits them as keys.
+        extra={
+            "event": "admission",
+            "uid": request.uid,
+            "kind": request.kind.kind,
+            "namespace": subject.namespace,
+            "objectName": name,  # "name" is taken by the LogRecord itself
+            "operation": request.operation,
+            "dryRun": request.dry_run,
+            "allowed": allowed,
+            "findings": findings,
+        },
+    )
 
 
 def answer_validate(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
 from pathlib import Path
@@ -44,11 +43,10 @@ def _certs_inject(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from webhook.logs import setup
     from webhook.server import serve
 
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s"
-    )
+    setup(args.log_level, args.log_format)
     try:
         serve(
             host=args.host,
@@ -59,6 +57,8 @@ def _serve(args: argparse.Namespace) -> int:
             rules_check_seconds=args.rules_check_seconds,
             cluster_snapshot=Path(args.cluster_snapshot) if args.cluster_snapshot else None,
             kubeconfig=Path(args.kubeconfig) if args.kubeconfig else None,
+            client_ca=Path(args.client_ca) if args.client_ca else None,
+            cert_check_seconds=args.cert_check_seconds,
             in_cluster=args.in_cluster
             or (not args.no_cluster and "KUBERNETES_SERVICE_HOST" in os.environ),
         )
@@ -235,6 +235,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="cluster facts from this file instead of a cluster (examples/cluster-snapshot.yaml)",
     )
     srv.add_argument("--kubeconfig", help="read cluster facts through this kubeconfig")
+    srv.add_argument(
+        "--client-ca",
+        help="require client certificates signed by this CA (the apiserver's, when configured)",
+    )
+    srv.add_argument(
+        "--cert-check-seconds",
+        type=float,
+        default=10.0,
+        help="how often to look for a rotated serving certificate (default: 10)",
+    )
+    srv.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default="json" if not sys.stderr.isatty() else "text",
+        help="json: one object per line with structured fields (default when not a terminal)",
+    )
     srv.add_argument(
         "--in-cluster",
         action="store_true",

@@ -30,6 +30,11 @@ def _literal(pattern: str) -> str:
     return max(re.split(r"[*?\[\]]", pattern), key=len)
 
 
+def _domain(name: str) -> str:
+    head, slash, _ = name.partition("/")
+    return head + slash if slash and len(head) >= 3 else name
+
+
 def markers(rules: RuleSet) -> tuple[bytes, ...] | None:
     """Byte strings of which at least one occurs in any object a rule could apply to; None when
     the rule set has a pattern too loose to give one (then every object takes the full path)."""
@@ -42,8 +47,10 @@ def markers(rules: RuleSet) -> tuple[bytes, ...] | None:
                 taint_keys.add(t["key"])
     if any(len(lit) < 3 for lit in literals):
         return None
-    found.update(lit.encode() for lit in literals)
-    found.update(k.encode() for k in taint_keys)
+    # A domain ("nvidia.com/") stands for every name under it: fewer scans, and a marker that
+    # matches more than needed only sends that object down the full path.
+    found.update(_domain(lit).encode() for lit in literals)
+    found.update(_domain(k).encode() for k in taint_keys)
     # A marker that contains another is redundant: "nvidia.com/gpumem" has "nvidia.com/gpu".
     return tuple(sorted(m for m in found if not any(o != m and o in m for o in found)))
 
@@ -62,6 +69,6 @@ def might_apply(raw: bytes, rules: RuleSet) -> bool:
     found = _markers(rules)
     if found is None:
         return True
-    if b"\\" in raw and any(e in raw for e in _ESCAPES):
+    if b"\\" in raw and (_ESCAPES[0] in raw or _ESCAPES[1] in raw):
         return True
-    return any(m in raw for m in found)
+    return any(marker in raw for marker in found)
