@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
+import pytest
 import yaml
 from conftest import ROOT
 
@@ -26,6 +28,16 @@ def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
 def test_the_shipped_schema_is_in_sync_with_the_models() -> None:
     shipped = json.loads((ROOT / "schema" / "rules.schema.json").read_text())
     assert shipped == schema(), "run: gpu-admission rules schema --out schema/rules.schema.json"
+
+
+def test_the_shipped_rule_file_validates_against_the_exported_schema() -> None:
+    """The round trip editors rely on: models -> JSON Schema -> the YAML people write."""
+    shipped = json.loads((ROOT / "schema" / "rules.schema.json").read_text())
+    jsonschema.validate(
+        yaml.safe_load((ROOT / "rules" / "gpu-admission.yaml").read_text()), shipped
+    )
+    with pytest.raises(jsonschema.ValidationError, match="maxSise"):
+        jsonschema.validate({"rules": {"gpu-shm": {"maxSise": "4Gi"}}}, shipped)
 
 
 def test_the_shipped_rules_pass_check() -> None:

@@ -61,6 +61,11 @@ BROKEN = {
         "overrides:\n  - name: x\n    rules: {}\n",
         "a.yaml:2: overrides.0: Value error, an override needs namespaces or a namespaceSelector",
     ),
+    "duplicate override": (
+        "overrides:\n  - {name: x, namespaces: [a], rules: {}}\n"
+        "  - {name: x, namespaces: [b], rules: {}}\n",
+        "a.yaml:1: overrides: Value error, override names must be unique: x",
+    ),
     "not yaml": ("rules: [unclosed\n", "a.yaml"),
     "not a mapping": ("- 1\n- 2\n", "a.yaml:1: expected a mapping"),
 }

@@ -107,13 +107,13 @@ class ShmRule(_Model):
     _check_sizes = field_validator("min_size", "max_size", "default_size")(_quantity)
 
     @cached_property
-    def sizes(self) -> tuple[Fraction, Fraction, Fraction, Fraction]:
-        """(fraction, min, max, default) as exact numbers, parsed once per rule set."""
+    def sizes(self) -> tuple[Fraction, int, int, int]:
+        """(fraction, min, max, default bytes), parsed once per rule set."""
         return (
             Fraction(str(self.memory_fraction)),
-            parse_quantity(self.min_size),
-            parse_quantity(self.max_size),
-            parse_quantity(self.default_size),
+            int(parse_quantity(self.min_size)),
+            int(parse_quantity(self.max_size)),
+            int(parse_quantity(self.default_size)),
         )
 
     @model_validator(mode="after")
@@ -389,13 +389,14 @@ class RuleSet(_Model):
     rules: Rules = Field(default_factory=Rules)
     overrides: list[Override] = Field(default_factory=list)
 
-    @model_validator(mode="after")
-    def _unique_override_names(self) -> RuleSet:
-        names = [o.name for o in self.overrides]
+    @field_validator("overrides")
+    @classmethod
+    def _unique_override_names(cls, overrides: list[Override]) -> list[Override]:
+        names = [o.name for o in overrides]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"override names must be unique: {', '.join(dupes)}")
-        return self
+        return overrides
 
     @cached_property
     def _gpu_pattern(self) -> re.Pattern[str]:
@@ -405,9 +406,21 @@ class RuleSet(_Model):
     def _resolved(self) -> dict[tuple[str, tuple[tuple[str, str], ...] | None], Resolved]:
         return {}
 
+    @cached_property
+    def _gpu_names(self) -> dict[str, bool]:
+        return {}
+
     def is_gpu_resource(self, name: str) -> bool:
-        """Whether a resource name counts as a GPU (exact names and shell-style patterns)."""
-        return self._gpu_pattern.match(name) is not None
+        """Whether a resource name counts as a GPU (exact names and shell-style patterns).
+
+        Remembered per name: a cluster uses a handful of resource names on every request.
+        """
+        known = self._gpu_names.get(name)
+        if known is None:
+            if len(self._gpu_names) > 1024:  # bounded against made-up names
+                self._gpu_names.clear()
+            known = self._gpu_names[name] = self._gpu_pattern.match(name) is not None
+        return known
 
     def effective_mode(self, rule_mode: str) -> str:
         """The rule's mode under the global ceiling."""

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Iterator
 from typing import Any
 
 from webhook.config import TolerationSpec
 from webhook.context import Context
 from webhook.findings import Finding
+from webhook.memo import by_identity
 from webhook.podviews import PodView
 
 __all__ = ["add_gpu_tolerations", "needed_tolerations", "tolerates", "toleration_without_gpu"]
@@ -30,18 +32,29 @@ def tolerates(toleration: dict[str, Any], *, key: str, effect: str) -> bool:
     return effect != "NoExecute" or toleration.get("tolerationSeconds") is None
 
 
+@by_identity()
+def _toleration_patterns(
+    tolerations: list[TolerationSpec],
+) -> list[tuple[TolerationSpec, re.Pattern[str]]]:
+    return [
+        (spec, re.compile("|".join(fnmatch.translate(p) for p in spec.resources)))
+        for spec in tolerations
+    ]
+
+
 def needed_tolerations(pod: PodView, ctx: Context) -> list[TolerationSpec]:
     """The configured tolerations whose resources this pod asks for, in config order."""
     asked = {
         name
         for c in pod.containers
+        if c.asks_gpu
         for name, value in {**c.gpu_requests, **c.gpu_limits}.items()
         if value > 0
     }
     return [
         spec
-        for spec in ctx.rules.gpu_tolerations.tolerations
-        if any(fnmatch.fnmatchcase(name, pat) for name in asked for pat in spec.resources)
+        for spec, pattern in _toleration_patterns(ctx.rules.gpu_tolerations.tolerations)
+        if any(pattern.match(name) for name in asked)
     ]
 
 

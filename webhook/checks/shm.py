@@ -38,19 +38,20 @@ def _memory_limit(c: ContainerView) -> Fraction | None:
         ) from None
 
 
-def shm_size(c: ContainerView, ctx: Context) -> Fraction:
+def shm_size(c: ContainerView, ctx: Context) -> int:
     """A share of the memory limit, clamped to [min, max] and never above the limit itself.
 
     A memory-backed emptyDir is charged to the pod's memory, so a size above the limit would
     let /dev/shm alone get the container OOM-killed.
     """
     share, low, high, default = ctx.rules.gpu_shm.sizes
-    limit = _memory_limit(c)
-    if limit is None:
+    exact = _memory_limit(c)
+    if exact is None:
         return default
-    size = min(max(limit * share, low), high)
+    limit = int(exact)  # whole bytes; integer arithmetic is what the hot path can afford
+    size = min(max(limit * share.numerator // share.denominator, low), high)
     # Whole mebibytes keep the emitted quantity readable (e.g. 1536Mi rather than a byte count).
-    size = Fraction(int(size) // 2**20 * 2**20) or size
+    size = size // 2**20 * 2**20 or size
     return min(size, limit)
 
 
