@@ -164,6 +164,49 @@ class FakeApiServer:
 
         return handle
 
+    # ---- writes, only for PolicyReports (what `audit --write-reports` stores) -----------
+
+    async def _create(self, request: web.Request) -> web.Response:
+        obj = await request.json()
+        key = (request.match_info["namespace"], obj["metadata"]["name"])
+        store = self.objects.setdefault("policyreports", {})
+        if key in store:
+            body = _status(409, "AlreadyExists", f"policyreports {key[1]!r} already exists")
+            return web.Response(
+                status=409, body=orjson.dumps(body), content_type="application/json"
+            )
+        self.rv += 1
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        store[key] = obj
+        return web.Response(status=201, body=orjson.dumps(obj), content_type="application/json")
+
+    async def _get(self, request: web.Request) -> web.Response:
+        key = (request.match_info["namespace"], request.match_info["name"])
+        obj = self.objects.get("policyreports", {}).get(key)
+        if obj is None:
+            body = _status(404, "NotFound", "not found")
+            return web.Response(
+                status=404, body=orjson.dumps(body), content_type="application/json"
+            )
+        return web.Response(body=orjson.dumps(obj), content_type="application/json")
+
+    async def _replace(self, request: web.Request) -> web.Response:
+        obj = await request.json()
+        key = (request.match_info["namespace"], request.match_info["name"])
+        current = self.objects.get("policyreports", {}).get(key)
+        if (
+            current is None
+            or obj["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]
+        ):
+            body = _status(409, "Conflict", "the object has been modified")
+            return web.Response(
+                status=409, body=orjson.dumps(body), content_type="application/json"
+            )
+        self.rv += 1
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        self.objects["policyreports"][key] = obj
+        return web.Response(body=orjson.dumps(obj), content_type="application/json")
+
     def _list(self, kind: str, request: web.Request, namespace: str | None) -> web.Response:
         self.pages[kind] += 1
         limit = int(request.query.get("limit", "0") or 0)
@@ -247,6 +290,10 @@ class FakeApiServer:
             async def boot() -> None:
                 self._changed = asyncio.Condition()
                 app = web.Application()
+                reports = "/apis/wgpolicyk8s.io/v1alpha2/namespaces/{namespace}/policyreports"
+                app.router.add_post(reports, self._create)
+                app.router.add_get(reports + "/{name}", self._get)
+                app.router.add_put(reports + "/{name}", self._replace)
                 for kind, path in PATHS.items():
                     app.router.add_get(path, self._handler(kind))
                     if kind in NAMESPACED:

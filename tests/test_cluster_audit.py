@@ -14,6 +14,8 @@ from conftest import ROOT
 from fake_apiserver import FakeApiServer
 from test_livecache import gpu_pod, seed
 
+from webhook.clusteraudit import bounded
+
 
 def deployment(name: str, gpus: str, ns: str = "ml-team") -> dict[str, Any]:
     return {
@@ -39,9 +41,15 @@ def deployment(name: str, gpus: str, ns: str = "ml-team") -> dict[str, Any]:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Path]:
-    server = FakeApiServer()
-    server.start()
+def server() -> Iterator[FakeApiServer]:
+    srv = FakeApiServer()
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, server: FakeApiServer) -> Path:
     seed(server)  # 7 running GPU pods in ml-team, a ResourceQuota of 16
     server.put("deployments", deployment("good", "1"))
     server.put("deployments", deployment("half", "0.5"))
@@ -58,8 +66,7 @@ def cluster(tmp_path: Path) -> Iterator[Path]:
     server.put("pods", owned)
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(server.kubeconfig())
-    yield kubeconfig
-    server.stop()
+    return kubeconfig
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -96,3 +103,25 @@ def test_an_unreachable_cluster_is_an_input_error(tmp_path: Path) -> None:
     result = run("--cluster", "--kubeconfig", str(kubeconfig))
     assert result.returncode == 2
     assert "cannot read the cluster" in result.stderr
+
+
+def test_policy_reports_are_written_and_rewritten(cluster: Path, server: FakeApiServer) -> None:
+    for _ in range(2):  # the second run replaces what the first created
+        result = run("--cluster", "--kubeconfig", str(cluster), "-o", "json", "--write-reports")
+        assert result.returncode == 1, result.stderr
+        assert "wrote 1 PolicyReports" in result.stderr
+    report = server.objects["policyreports"][("ml-team", "gpu-admission")]
+    assert report["kind"] == "PolicyReport"
+    assert report["summary"]["fail"] == 1
+    assert any(
+        r["rule"] == "gpu-whole-quantity" and r["result"] == "fail" for r in report["results"]
+    )
+
+
+def test_a_report_too_big_to_store_keeps_failures_first() -> None:
+    results = [{"result": "pass", "policy": "p"}] * 1500 + [{"result": "fail", "policy": "p"}] * 3
+    report = {"metadata": {"name": "r", "namespace": "n"}, "results": results}
+    small = bounded(report, limit=1000)
+    assert len(small["results"]) == 1000
+    assert [r["result"] for r in small["results"][:3]] == ["fail"] * 3
+    assert small["metadata"]["annotations"]["gpu-admission.io/results-dropped"] == "503"

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +115,9 @@ def _audit(args: argparse.Namespace) -> int:
     except SnapshotError as exc:
         print(f"gpu-admission: cluster snapshot: {exc}", file=sys.stderr)
         return 2
+    if args.write_reports and not args.cluster:
+        print("gpu-admission: --write-reports needs --cluster", file=sys.stderr)
+        return 2
     if args.cluster:
         if args.paths:
             print("gpu-admission: give paths or --cluster, not both", file=sys.stderr)
@@ -145,8 +149,14 @@ def _audit_cluster(args: argparse.Namespace, rules: Any) -> int:
     """The live audit: facts and workloads from one paged read of the cluster."""
     from kubernetes import client, config
 
-    from webhook.audit import AuditResult, audit
-    from webhook.clusteraudit import list_workloads, one_shot_facts, print_summary, summarize
+    from webhook.audit import AuditResult, Summary, audit
+    from webhook.clusteraudit import (
+        list_workloads,
+        one_shot_facts,
+        print_summary,
+        summarize,
+        write_reports,
+    )
     from webhook.reports import write_report
 
     cfg = client.Configuration()
@@ -186,6 +196,17 @@ def _audit_cluster(args: argparse.Namespace, rules: Any) -> int:
         return 2
     if args.output == "table":
         print_summary(summarize(collected, facts, rules))
+    if args.write_reports:
+        from webhook.reports import policy_reports
+
+        try:
+            written = write_reports(
+                api, policy_reports(collected, Summary(), rules, time.time(), [])
+            )
+        except Exception as exc:
+            print(f"gpu-admission: writing PolicyReports failed: {exc}", file=sys.stderr)
+            return 2
+        print(f"wrote {written} PolicyReports (wgpolicyk8s.io/v1alpha2)", file=sys.stderr)
     if summary.denied or (args.fail_on == "warn" and summary.warned):
         return 1
     return 0
@@ -270,6 +291,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--cluster", action="store_true", help="audit the workloads of a live cluster instead"
     )
     aud.add_argument("--kubeconfig", help="with --cluster: the kubeconfig (default: as kubectl)")
+    aud.add_argument(
+        "--write-reports",
+        action="store_true",
+        help="with --cluster: store a PolicyReport per namespace in the cluster",
+    )
     aud.add_argument("--rules", default="rules", help="folder of rule files (default: rules)")
     aud.add_argument(
         "--output", "-o", default="table", choices=["table", "json", "junit", "policyreport"]

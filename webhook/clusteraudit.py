@@ -20,12 +20,15 @@ from webhook.livecache import LiveCache
 from webhook.manifests import Document
 
 __all__ = [
+    "MAX_RESULTS",
     "WORKLOADS",
     "NamespaceSummary",
+    "bounded",
     "list_workloads",
     "one_shot_facts",
     "print_summary",
     "summarize",
+    "write_reports",
 ]
 
 
@@ -149,6 +152,45 @@ def print_summary(summary: dict[str, NamespaceSummary], out: TextIO = sys.stdout
         print(f"  {ns}: in use {show(s.gpus)}; quota {show(s.quota)}; {verdicts}", file=out)
         if s.by_product:
             print(f"    by product: {show(s.by_product)}", file=out)
+
+
+MAX_RESULTS = 1000  # per report: etcd refuses objects past ~1.5 MB; failures are kept first
+_ORDER = {"fail": 0, "warn": 1, "error": 2, "skip": 3, "pass": 4}
+
+
+def bounded(report: dict[str, Any], limit: int = MAX_RESULTS) -> dict[str, Any]:
+    """A report small enough to store: failures and warnings first, passes dropped first.
+
+    The summary keeps counting everything, so dashboards still show the true totals.
+    """
+    results = report["results"]
+    if len(results) <= limit:
+        return report
+    kept = sorted(results, key=lambda r: _ORDER.get(r["result"], 5))[:limit]
+    annotations = {"gpu-admission.io/results-dropped": str(len(results) - limit)}
+    meta = {**report["metadata"], "annotations": annotations}
+    return {**report, "metadata": meta, "results": kept}
+
+
+def write_reports(api_client: Any, reports: list[dict[str, Any]]) -> int:
+    """Create or replace one PolicyReport per namespace; returns how many were written."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    api = client.CustomObjectsApi(api_client)
+    where = {"group": "wgpolicyk8s.io", "version": "v1alpha2", "plural": "policyreports"}
+    for report in reports:
+        body = bounded(report)
+        ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        try:
+            api.create_namespaced_custom_object(namespace=ns, body=body, **where)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            current = api.get_namespaced_custom_object(namespace=ns, name=name, **where)
+            body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            api.replace_namespaced_custom_object(namespace=ns, name=name, body=body, **where)
+    return len(reports)
 
 
 def one_shot_facts(api_client: Any) -> LiveCache:

@@ -130,7 +130,6 @@ class LiveCache:
         self._namespaces: dict[str, dict[str, str]] = {}
         self._nodes: dict[str, Node] = {}
         self._nodes_view: tuple[Node, ...] = ()  # rebuilt on node events, shared between reads
-        self._bulk = False
         self._quotas: dict[str, dict[str, Quota]] = defaultdict(dict)  # namespace -> name -> quota
         self._classes: dict[str, PriorityClass] = {}
         self._pods: dict[tuple[str, str], PodGpus] = {}
@@ -215,6 +214,10 @@ class LiveCache:
         return getattr(api(self.api_client), kind.method)  # type: ignore[no-any-return]
 
     def _run(self, kind: Kind) -> None:
+        if kind.name == "pods":
+            # A pod's GPU product comes from its node's labels: have the nodes first.
+            while "nodes" not in self._synced and not self._stop.wait(0.05):
+                pass
         backoff = 0.2
         while not self._stop.is_set():
             try:
@@ -233,10 +236,16 @@ class LiveCache:
                 backoff = min(backoff * 2, self.max_backoff)
 
     def _list(self, kind: Kind) -> str:
-        """Paged list; replaces the kind's contents whole, so deletions during an outage go."""
+        """Paged list into fresh structures, swapped in whole when the last page arrives.
+
+        Pods are reduced to summaries page by page, so memory holds one page of objects, not
+        the cluster; readers keep seeing the previous state until the swap, never a half-list;
+        and whatever was deleted while the watch was down is gone afterwards.
+        """
         fn = self._list_fn(kind)
-        items: list[dict[str, Any]] = []
+        fresh = _Fresh(self._node_product)
         token: str | None = None
+        count = 0
         while True:
             kwargs: dict[str, Any] = {"limit": self.page_size, "_preload_content": False}
             if token:
@@ -246,17 +255,19 @@ class LiveCache:
                 body = orjson.loads(resp.data)
             finally:
                 resp.release_conn()
-            items.extend(body.get("items") or [])
+            for obj in body.get("items") or []:
+                fresh.add(kind.name, obj)
+                count += 1
             meta = body.get("metadata") or {}
             token = meta.get("continue")
             if not token:
                 version = str(meta.get("resourceVersion", ""))
                 break
-        self._replace(kind.name, items)
+        self._swap(kind.name, fresh)
         self.relists[kind.name] += 1
         self._contact[kind.name] = time.monotonic()
         self._synced.add(kind.name)
-        log.info("%s: listed %d at resourceVersion %s", kind.name, len(items), version)
+        log.info("%s: listed %d at resourceVersion %s", kind.name, count, version)
         return version
 
     def _watch(self, kind: Kind, version: str) -> str:
@@ -290,27 +301,19 @@ class LiveCache:
 
     # ---- applying objects -------------------------------------------------------------
 
-    def _replace(self, kind: str, items: list[dict[str, Any]]) -> None:
+    def _swap(self, kind: str, fresh: _Fresh) -> None:
         with self._lock:
             if kind == "pods":
-                self._pods.clear()
-                self._usage = defaultdict(Usage)
+                self._pods, self._usage = fresh.pods, fresh.usage
             elif kind == "namespaces":
-                self._namespaces = {}
+                self._namespaces = fresh.namespaces
             elif kind == "nodes":
-                self._nodes = {}
-                self._nodes_view = ()
+                self._nodes = fresh.nodes
+                self._nodes_view = tuple(fresh.nodes.values())
             elif kind == "resourcequotas":
-                self._quotas = defaultdict(dict)
+                self._quotas = fresh.quotas
             elif kind == "priorityclasses":
-                self._classes = {}
-        self._bulk = True  # one view rebuild per relist, not one per node
-        try:
-            for obj in items:
-                self._apply(kind, "ADDED", obj)
-        finally:
-            self._bulk = False
-        self._nodes_view = tuple(self._nodes.values())
+                self._classes = fresh.classes
 
     def _node_product(self, name: str) -> str:
         node = self._nodes.get(name)
@@ -332,34 +335,18 @@ class LiveCache:
                 if deleted:
                     self._nodes.pop(name, None)
                 else:
-                    spec, status = obj.get("spec") or {}, obj.get("status") or {}
-                    self._nodes[name] = Node(
-                        name,
-                        dict(meta.get("labels") or {}),
-                        _extended(status.get("allocatable")),
-                        bool(spec.get("unschedulable")),
-                    )
-                if not self._bulk:
-                    self._nodes_view = tuple(self._nodes.values())
+                    self._nodes[name] = _node(obj)
+                self._nodes_view = tuple(self._nodes.values())
             elif kind == "resourcequotas":
                 if deleted:
                     self._quotas[ns].pop(name, None)
                 else:
-                    status = obj.get("status") or {}
-                    hard = status.get("hard") or (obj.get("spec") or {}).get("hard") or {}
-                    self._quotas[ns][name] = Quota(
-                        ns, name, _quota_amounts(hard), _quota_amounts(status.get("used"))
-                    )
+                    self._quotas[ns][name] = _quota(obj)
             elif kind == "priorityclasses":
                 if deleted:
                     self._classes.pop(name, None)
                 else:
-                    self._classes[name] = PriorityClass(
-                        name,
-                        int(obj.get("value") or 0),
-                        obj.get("preemptionPolicy") or "PreemptLowerPriority",
-                        bool(obj.get("globalDefault")),
-                    )
+                    self._classes[name] = _priority_class(obj)
 
     def _apply_pod(self, key: tuple[str, str], obj: dict[str, Any] | None) -> None:
         old = self._pods.pop(key, None)
@@ -373,6 +360,68 @@ class LiveCache:
             self._usage[new.namespace].add(new)
         if old is None and self.reservations is not None:
             self.reservations.release_for(new)
+
+
+def _node(obj: dict[str, Any]) -> Node:
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    return Node(
+        meta.get("name", ""),
+        dict(meta.get("labels") or {}),
+        _extended(status.get("allocatable")),
+        bool(spec.get("unschedulable")),
+    )
+
+
+def _quota(obj: dict[str, Any]) -> Quota:
+    meta, status = obj.get("metadata") or {}, obj.get("status") or {}
+    hard = status.get("hard") or (obj.get("spec") or {}).get("hard") or {}
+    return Quota(
+        meta.get("namespace", ""),
+        meta.get("name", ""),
+        _quota_amounts(hard),
+        _quota_amounts(status.get("used")),
+    )
+
+
+def _priority_class(obj: dict[str, Any]) -> PriorityClass:
+    return PriorityClass(
+        (obj.get("metadata") or {}).get("name", ""),
+        int(obj.get("value") or 0),
+        obj.get("preemptionPolicy") or "PreemptLowerPriority",
+        bool(obj.get("globalDefault")),
+    )
+
+
+class _Fresh:
+    """A relist being built: the same shapes as the cache's, filled page by page."""
+
+    def __init__(self, node_product: Callable[[str], str]) -> None:
+        self.node_product = node_product
+        self.pods: dict[tuple[str, str], PodGpus] = {}
+        self.usage: dict[str, Usage] = defaultdict(Usage)
+        self.namespaces: dict[str, dict[str, str]] = {}
+        self.nodes: dict[str, Node] = {}
+        self.quotas: dict[str, dict[str, Quota]] = defaultdict(dict)
+        self.classes: dict[str, PriorityClass] = {}
+
+    def add(self, kind: str, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        name = meta.get("name", "")
+        if kind == "pods":
+            pod = pod_summary(obj, self.node_product)
+            if pod is not None:
+                self.pods[(pod.namespace, pod.name)] = pod
+                if pod.phase not in TERMINATED:
+                    self.usage[pod.namespace].add(pod)
+        elif kind == "namespaces":
+            self.namespaces[name] = dict(meta.get("labels") or {})
+        elif kind == "nodes":
+            self.nodes[name] = _node(obj)
+        elif kind == "resourcequotas":
+            quota = _quota(obj)
+            self.quotas[quota.namespace][quota.name] = quota
+        elif kind == "priorityclasses":
+            self.classes[name] = _priority_class(obj)
 
 
 def _quota_amounts(values: Any) -> dict[str, Fraction]:

@@ -18,7 +18,7 @@ from webhook.checks import CLUSTER_RULES, VALIDATIONS
 from webhook.config import RuleSet
 from webhook.manifests import InputError
 
-__all__ = ["FORMATS", "write_report"]
+__all__ = ["FORMATS", "policy_reports", "write_report"]
 
 Item = AuditResult | Skipped | InputError
 
@@ -165,7 +165,7 @@ _RESULT = {"enforce": "fail", "audit": "fail", "warn": "warn"}
 _SEVERITY = {"enforce": "high", "audit": "medium", "warn": "low"}
 
 
-def _policy_reports(
+def policy_reports(
     items: Iterable[Item], summary: Summary, rules: RuleSet, now: float, unchecked: list[str]
 ) -> list[dict[str, Any]]:
     """wgpolicyk8s.io/v1alpha2 PolicyReports, one per namespace; a result per object and rule.
@@ -246,7 +246,7 @@ def _policyreport(
     now: float,
     unchecked: list[str],
 ) -> None:
-    reports = _policy_reports(items, summary, rules, now, unchecked)
+    reports = policy_reports(items, summary, rules, now, unchecked)
     out.write(yaml.safe_dump_all(reports, sort_keys=False) if reports else "")
 
 
