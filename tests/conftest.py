@@ -192,6 +192,7 @@ def start_webhook(
     *extra: str,
     wait_ready: bool = True,
     client_cert: tuple[Path, Path] | None = None,
+    ready_timeout: float = 20.0,
 ) -> Webhook:
     port = _free_port()
     with log.open("wb") as fh:
@@ -223,7 +224,7 @@ def start_webhook(
         ctx.load_cert_chain(*client_cert)
     client = httpx.Client(verify=ctx, timeout=10.0)
     url = f"https://127.0.0.1:{port}"
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + ready_timeout
     while True:
         if process.poll() is not None:
             raise RuntimeError(f"webhook exited early:\n{log.read_text()}")

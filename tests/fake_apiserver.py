@@ -77,6 +77,8 @@ class FakeApiServer:
         self.pages: Counter[str] = Counter()  # every page served
         self.watches: list[tuple[str, str]] = []  # (kind, resourceVersion asked)
         self.gone: Counter[str] = Counter()  # 410 Expired events sent
+        self._snapshot: list[dict[str, Any]] = []
+        self._snapshot_key: tuple[str, str | None, int] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._changed: asyncio.Condition | None = None
         self._streams: dict[web.StreamResponse, web.Request] = {}
@@ -217,10 +219,16 @@ class FakeApiServer:
             offset, rv = (int(x) for x in base64.b64decode(token).decode().split(":"))
         else:
             offset, rv = 0, self.rv
-        items = sorted(
-            (o for (ns, _), o in self.objects[kind].items() if namespace in (None, ns)),
-            key=lambda o: o["metadata"]["name"],
-        )
+        # One sorted snapshot per list (keyed by its resourceVersion), so paging through 100k
+        # objects does not sort them again for every page.
+        cache_key = (kind, namespace, rv)
+        if self._snapshot_key != cache_key:
+            self._snapshot = sorted(
+                (o for (ns, _), o in self.objects[kind].items() if namespace in (None, ns)),
+                key=lambda o: o["metadata"]["name"],
+            )
+            self._snapshot_key = cache_key
+        items = self._snapshot
         page = items[offset : offset + limit] if limit else items[offset:]
         meta: dict[str, Any] = {"resourceVersion": str(rv)}
         if limit and offset + limit < len(items):
@@ -332,9 +340,14 @@ class FakeApiServer:
         return f"http://127.0.0.1:{self.port}"
 
     def kubeconfig(self) -> str:
-        return (
-            "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
-            f"clusters:\n- name: fake\n  cluster: {{server: '{self.url}'}}\n"
-            "users:\n- name: fake\n  user: {token: test}\n"
-            "contexts:\n- name: fake\n  context: {cluster: fake, user: fake}\n"
-        )
+        return kubeconfig_for(self.url)
+
+
+def kubeconfig_for(url: str) -> str:
+    """A kubeconfig that points the kubernetes client at `url` (plain HTTP, a dummy token)."""
+    return (
+        "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
+        f"clusters:\n- name: fake\n  cluster: {{server: '{url}'}}\n"
+        "users:\n- name: fake\n  user: {token: test}\n"
+        "contexts:\n- name: fake\n  context: {cluster: fake, user: fake}\n"
+    )

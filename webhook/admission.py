@@ -36,6 +36,16 @@ def _skip(request: AdmissionRequest) -> bool:
     )
 
 
+def _fast_answer(endpoint: str, request: AdmissionRequest, rules: RuleSet) -> bytes | None:
+    """ "Allowed, untouched" for what the engine need not see; None when it must."""
+    if _skip(request):
+        return encode(request.uid, allowed=True)
+    if not might_apply(request.raw_object, rules):
+        counted(endpoint, request.kind.kind, "fast").inc()
+        return encode(request.uid, allowed=True)
+    return None
+
+
 def subject_of(request: AdmissionRequest) -> Subject:
     """The engine's view of the request; raises `UnreadableObject` for JSON it cannot parse."""
     try:
@@ -70,11 +80,9 @@ def answer_mutate(
     cluster: ClusterFacts | None = None,
     reservations: Reservations | None = None,
 ) -> bytes:
-    if _skip(request):
-        return encode(request.uid, allowed=True)
-    if not might_apply(request.raw_object, rules):
-        counted("mutate", request.kind.kind, "fast").inc()
-        return encode(request.uid, allowed=True)
+    fast = _fast_answer("mutate", request, rules)
+    if fast is not None:
+        return fast
     try:
         subject = subject_of(request)
         mutated = mutate(subject, rules, cluster=cluster)
@@ -152,11 +160,9 @@ def answer_validate(
     reservations: Reservations | None = None,
 ) -> bytes:
     """The verdict; an admitted GPU pod's GPUs are held until the watch sees it (not dryRun)."""
-    if _skip(request):
-        return encode(request.uid, allowed=True)
-    if not might_apply(request.raw_object, rules):
-        counted("validate", request.kind.kind, "fast").inc()
-        return encode(request.uid, allowed=True)
+    fast = _fast_answer("validate", request, rules)
+    if fast is not None:
+        return fast
     try:
         subject = subject_of(request)
         judged = validate(subject, rules, cluster=cluster)

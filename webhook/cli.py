@@ -6,9 +6,7 @@ import argparse
 import json
 import os
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
 __all__ = ["main"]
 
@@ -98,118 +96,9 @@ def _rules(args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    """Exit 0: nothing denied; 1: something would be denied (or warned, with --fail-on warn);
-    2: the input or the rules could not be read (the audit is incomplete)."""
-    from webhook.audit import audit
-    from webhook.cluster import SnapshotError, load_snapshot
-    from webhook.manifests import read_sources
-    from webhook.reports import write_report
-    from webhook.rulefiles import RuleFileError, load_rules
+    from webhook.auditcli import run_audit
 
-    try:
-        rules = load_rules(args.rules)
-        cluster = load_snapshot(args.cluster_snapshot) if args.cluster_snapshot else None
-    except RuleFileError as exc:
-        print(f"gpu-admission: the rules in {args.rules} cannot be loaded:\n{exc}", file=sys.stderr)
-        return 2
-    except SnapshotError as exc:
-        print(f"gpu-admission: cluster snapshot: {exc}", file=sys.stderr)
-        return 2
-    if args.write_reports and not args.cluster:
-        print("gpu-admission: --write-reports needs --cluster", file=sys.stderr)
-        return 2
-    if args.cluster:
-        if args.paths:
-            print("gpu-admission: give paths or --cluster, not both", file=sys.stderr)
-            return 2
-        return _audit_cluster(args, rules)
-    if not args.paths:
-        print("gpu-admission: audit needs paths (or - for stdin), or --cluster", file=sys.stderr)
-        return 2
-    results = audit(
-        read_sources(args.paths), rules, namespace=args.namespace or "default", cluster=cluster
-    )
-    colour = args.output == "table" and sys.stdout.isatty() and not args.no_colour
-    summary = write_report(
-        results,
-        fmt=args.output,
-        out=sys.stdout,
-        rules=rules,
-        colour=colour,
-        cluster_checked=cluster is not None,
-    )
-    if summary.errors:
-        return 2
-    if summary.denied or (args.fail_on == "warn" and summary.warned):
-        return 1
-    return 0
-
-
-def _audit_cluster(args: argparse.Namespace, rules: Any) -> int:
-    """The live audit: facts and workloads from one paged read of the cluster."""
-    from kubernetes import client, config
-
-    from webhook.audit import AuditResult, Summary, audit
-    from webhook.clusteraudit import (
-        list_workloads,
-        one_shot_facts,
-        print_summary,
-        summarize,
-        write_reports,
-    )
-    from webhook.reports import write_report
-
-    cfg = client.Configuration()
-    try:
-        if args.kubeconfig:
-            config.load_kube_config(config_file=args.kubeconfig, client_configuration=cfg)
-        else:
-            config.load_kube_config(client_configuration=cfg)
-        api = client.ApiClient(cfg)
-        facts = one_shot_facts(api)
-    except Exception as exc:
-        print(f"gpu-admission: cannot read the cluster: {exc}", file=sys.stderr)
-        return 2
-    progress = sys.stderr if sys.stderr.isatty() else None
-    collected: list[AuditResult] = []
-
-    def keep(items: Any) -> Any:
-        for item in items:
-            if isinstance(item, AuditResult):
-                collected.append(item)
-            yield item
-
-    try:
-        workloads = list_workloads(api, namespace=args.namespace, progress=progress)
-        results = keep(audit(workloads, rules, cluster=facts))
-        colour = args.output == "table" and sys.stdout.isatty() and not args.no_colour
-        summary = write_report(
-            results,
-            fmt=args.output,
-            out=sys.stdout,
-            rules=rules,
-            colour=colour,
-            cluster_checked=True,
-        )
-    except Exception as exc:
-        print(f"\ngpu-admission: the cluster read failed part way: {exc}", file=sys.stderr)
-        return 2
-    if args.output == "table":
-        print_summary(summarize(collected, facts, rules))
-    if args.write_reports:
-        from webhook.reports import policy_reports
-
-        try:
-            written = write_reports(
-                api, policy_reports(collected, Summary(), rules, time.time(), [])
-            )
-        except Exception as exc:
-            print(f"gpu-admission: writing PolicyReports failed: {exc}", file=sys.stderr)
-            return 2
-        print(f"wrote {written} PolicyReports (wgpolicyk8s.io/v1alpha2)", file=sys.stderr)
-    if summary.denied or (args.fail_on == "warn" and summary.warned):
-        return 1
-    return 0
+    return run_audit(args)
 
 
 def build_parser() -> argparse.ArgumentParser:

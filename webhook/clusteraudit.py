@@ -6,17 +6,15 @@ from __future__ import annotations
 
 import sys
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, TextIO
 
-import orjson
-
 from webhook.audit import AuditResult
 from webhook.cluster import ClusterFacts
 from webhook.config import RuleSet
-from webhook.livecache import LiveCache
+from webhook.livecache import LiveCache, pages
 from webhook.manifests import Document
 
 __all__ = [
@@ -59,23 +57,6 @@ def _controlled(obj: dict[str, Any]) -> bool:
     return any(isinstance(r, dict) and r.get("controller") for r in refs)
 
 
-def _pages(fn: Callable[..., Any], page_size: int, **kwargs: Any) -> Iterator[dict[str, Any]]:
-    token: str | None = None
-    while True:
-        args: dict[str, Any] = {"limit": page_size, "_preload_content": False, **kwargs}
-        if token:
-            args["_continue"] = token
-        resp = fn(**args)
-        try:
-            body = orjson.loads(resp.data)
-        finally:
-            resp.release_conn()
-        yield from body.get("items") or []
-        token = (body.get("metadata") or {}).get("continue")
-        if not token:
-            return
-
-
 def list_workloads(
     api_client: Any,
     *,
@@ -91,16 +72,17 @@ def list_workloads(
         api = getattr(client, api_name)(api_client)
         fn = getattr(api, one_ns if namespace else all_ns)
         kwargs = {"namespace": namespace} if namespace else {}
-        for obj in _pages(fn, page_size, **kwargs):
-            seen += 1
-            if progress is not None and seen % 500 == 0:
-                print(f"\rlisted {seen} objects...", end="", file=progress, flush=True)
-            if _controlled(obj):
-                continue  # judged through the object that owns it
-            obj.setdefault("apiVersion", api_version)
-            obj.setdefault("kind", kind)
-            meta = obj.get("metadata") or {}
-            yield Document(f"{kind}/{meta.get('namespace', '')}/{meta.get('name', '')}", obj)
+        for items, _ in pages(fn, page_size, **kwargs):
+            for obj in items:
+                seen += 1
+                if progress is not None and seen % 500 == 0:
+                    print(f"\rlisted {seen} objects...", end="", file=progress, flush=True)
+                if _controlled(obj):
+                    continue  # judged through the object that owns it
+                obj.setdefault("apiVersion", api_version)
+                obj.setdefault("kind", kind)
+                meta = obj.get("metadata") or {}
+                yield Document(f"{kind}/{meta.get('namespace', '')}/{meta.get('name', '')}", obj)
     if progress is not None and seen >= 500:
         print(f"\rlisted {seen} objects.   ", file=progress, flush=True)
 

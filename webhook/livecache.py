@@ -34,7 +34,7 @@ from webhook.cluster import (
 )
 from webhook.quantity import QuantityError, parse_quantity
 
-__all__ = ["KINDS", "LiveCache", "pod_summary"]
+__all__ = ["KINDS", "LiveCache", "pages", "pod_summary"]
 
 log = logging.getLogger("gpu-admission.cache")
 
@@ -242,27 +242,13 @@ class LiveCache:
         the cluster; readers keep seeing the previous state until the swap, never a half-list;
         and whatever was deleted while the watch was down is gone afterwards.
         """
-        fn = self._list_fn(kind)
         fresh = _Fresh(self._node_product)
-        token: str | None = None
-        count = 0
-        while True:
-            kwargs: dict[str, Any] = {"limit": self.page_size, "_preload_content": False}
-            if token:
-                kwargs["_continue"] = token
-            resp = fn(**kwargs)
-            try:
-                body = orjson.loads(resp.data)
-            finally:
-                resp.release_conn()
-            for obj in body.get("items") or []:
+        count, version = 0, ""
+        for items, meta in pages(self._list_fn(kind), self.page_size):
+            for obj in items:
                 fresh.add(kind.name, obj)
                 count += 1
-            meta = body.get("metadata") or {}
-            token = meta.get("continue")
-            if not token:
-                version = str(meta.get("resourceVersion", ""))
-                break
+            version = str(meta.get("resourceVersion", ""))
         self._swap(kind.name, fresh)
         self.relists[kind.name] += 1
         self._contact[kind.name] = time.monotonic()
@@ -360,6 +346,31 @@ class LiveCache:
             self._usage[new.namespace].add(new)
         if old is None and self.reservations is not None:
             self.reservations.release_for(new)
+
+
+def pages(
+    fn: Callable[..., Any], page_size: int, **kwargs: Any
+) -> Iterator[tuple[list[dict[str, Any]], dict[str, Any]]]:
+    """(items, list metadata) of each page of a paged list (`limit` + `continue`).
+
+    Raw JSON through orjson, not the client's models: a page of 500 pods deserialised into
+    V1Pod objects costs seconds. The last page's metadata holds the list's resourceVersion.
+    """
+    token: str | None = None
+    while True:
+        args: dict[str, Any] = {"limit": page_size, "_preload_content": False, **kwargs}
+        if token:
+            args["_continue"] = token
+        resp = fn(**args)
+        try:
+            body = orjson.loads(resp.data)
+        finally:
+            resp.release_conn()
+        meta = body.get("metadata") or {}
+        yield body.get("items") or [], meta
+        token = meta.get("continue")
+        if not token:
+            return
 
 
 def _node(obj: dict[str, Any]) -> Node:

@@ -165,27 +165,34 @@ def make_ssl_context(cert: Path, key: Path, client_ca: Path | None = None) -> ss
     return ctx
 
 
-def _rule_watcher(interval: float) -> Callable[[web.Application], AsyncIterator[None]]:
-    """Poll the rule folder; loading takes milliseconds, so it runs on the loop between requests."""
+def _background(
+    make: Callable[[web.Application], Awaitable[None]],
+) -> Callable[[web.Application], AsyncIterator[None]]:
+    """A cleanup_ctx that runs `make(app)` as a task while the app serves, cancelled at exit."""
 
-    async def watch(app: web.Application) -> AsyncIterator[None]:
-        holder = app[RULES]
-
-        async def loop() -> None:
-            while True:
-                await asyncio.sleep(interval)
-                try:
-                    holder.refresh()
-                except Exception:  # never let the watcher die: the webhook must keep serving
-                    log.exception("rule reload failed unexpectedly")
-
-        task = asyncio.create_task(loop())
+    async def run(app: web.Application) -> AsyncIterator[None]:
+        task = asyncio.create_task(make(app))
         yield
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
 
-    return watch
+    return run
+
+
+def _rule_watcher(interval: float) -> Callable[[web.Application], AsyncIterator[None]]:
+    """Poll the rule folder; loading takes milliseconds, so it runs on the loop between requests."""
+
+    async def loop(app: web.Application) -> None:
+        holder = app[RULES]
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                holder.refresh()
+            except Exception:  # never let the watcher die: the webhook must keep serving
+                log.exception("rule reload failed unexpectedly")
+
+    return _background(loop)
 
 
 def _stamp(*paths: Path) -> tuple[float, ...]:
@@ -201,29 +208,22 @@ def _cert_reloader(
     theirs, so nothing is dropped.
     """
 
-    async def watch(app: web.Application) -> AsyncIterator[None]:
-        async def loop() -> None:
-            seen = _stamp(cert, key)
-            while True:
-                await asyncio.sleep(interval)
-                now = _stamp(cert, key)
-                if now == seen:
-                    continue
-                try:
-                    ctx.load_cert_chain(cert, key)
-                    seen = now
-                    log.info("reloaded serving certificate from %s", cert)
-                except (ssl.SSLError, OSError) as exc:
-                    # Mid-rotation the key and cert may not match yet: try again next tick.
-                    log.warning("serving certificate not reloaded yet: %s", exc)
+    async def loop(app: web.Application) -> None:
+        seen = _stamp(cert, key)
+        while True:
+            await asyncio.sleep(interval)
+            now = _stamp(cert, key)
+            if now == seen:
+                continue
+            try:
+                ctx.load_cert_chain(cert, key)
+                seen = now
+                log.info("reloaded serving certificate from %s", cert)
+            except (ssl.SSLError, OSError) as exc:
+                # Mid-rotation the key and cert may not match yet: try again next tick.
+                log.warning("serving certificate not reloaded yet: %s", exc)
 
-        task = asyncio.create_task(loop())
-        yield
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-    return watch
+    return _background(loop)
 
 
 def serve(

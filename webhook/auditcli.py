@@ -1,0 +1,107 @@
+"""`gpu-admission audit`: manifests or a live cluster through the engine, as a CI gate.
+
+Exit 0: nothing would be denied; 1: something would be (or warned, with --fail-on warn);
+2: the input, the rules or the cluster could not be read (the audit is incomplete).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from webhook.audit import AuditResult, Summary, audit
+from webhook.config import RuleSet
+from webhook.reports import policy_reports, write_report
+
+__all__ = ["run_audit"]
+
+
+def _fail(message: str) -> int:
+    print(f"gpu-admission: {message}", file=sys.stderr)
+    return 2
+
+
+def _report(
+    items: Iterable[Any], args: argparse.Namespace, rules: RuleSet, *, facts: bool
+) -> Summary:
+    colour = args.output == "table" and sys.stdout.isatty() and not args.no_colour
+    return write_report(
+        items, fmt=args.output, out=sys.stdout, rules=rules, colour=colour, cluster_checked=facts
+    )
+
+
+def _verdict(summary: Summary, args: argparse.Namespace) -> int:
+    if summary.errors:
+        return 2
+    return 1 if summary.denied or (args.fail_on == "warn" and summary.warned) else 0
+
+
+def run_audit(args: argparse.Namespace) -> int:
+    from webhook.cluster import SnapshotError, load_snapshot
+    from webhook.manifests import read_sources
+    from webhook.rulefiles import RuleFileError, load_rules
+
+    try:
+        rules = load_rules(args.rules)
+        cluster = load_snapshot(args.cluster_snapshot) if args.cluster_snapshot else None
+    except RuleFileError as exc:
+        return _fail(f"the rules in {args.rules} cannot be loaded:\n{exc}")
+    except SnapshotError as exc:
+        return _fail(f"cluster snapshot: {exc}")
+    if args.write_reports and not args.cluster:
+        return _fail("--write-reports needs --cluster")
+    if args.cluster:
+        return _fail("give paths or --cluster, not both") if args.paths else _cluster(args, rules)
+    if not args.paths:
+        return _fail("audit needs paths (or - for stdin), or --cluster")
+    namespace = args.namespace or "default"
+    results = audit(read_sources(args.paths), rules, namespace=namespace, cluster=cluster)
+    return _verdict(_report(results, args, rules, facts=cluster is not None), args)
+
+
+def _cluster(args: argparse.Namespace, rules: RuleSet) -> int:
+    """The live audit: facts and workloads from one paged read of the cluster."""
+    from kubernetes import client, config
+
+    from webhook.clusteraudit import (
+        list_workloads,
+        one_shot_facts,
+        print_summary,
+        summarize,
+        write_reports,
+    )
+
+    cfg = client.Configuration()
+    try:
+        config.load_kube_config(config_file=args.kubeconfig, client_configuration=cfg)
+        api = client.ApiClient(cfg)
+        facts = one_shot_facts(api)
+    except Exception as exc:  # any failure to reach the cluster makes the audit incomplete
+        return _fail(f"cannot read the cluster: {exc}")
+    collected: list[AuditResult] = []
+
+    def keep(items: Iterable[Any]) -> Iterator[Any]:
+        for item in items:
+            if isinstance(item, AuditResult):
+                collected.append(item)
+            yield item
+
+    progress = sys.stderr if sys.stderr.isatty() else None
+    try:
+        workloads = list_workloads(api, namespace=args.namespace, progress=progress)
+        summary = _report(keep(audit(workloads, rules, cluster=facts)), args, rules, facts=True)
+    except Exception as exc:
+        return _fail(f"the cluster read failed part way: {exc}")
+    if args.output == "table":
+        print_summary(summarize(collected, facts, rules))
+    if args.write_reports:
+        reports = policy_reports(collected, Summary(), rules, time.time(), [])
+        try:
+            written = write_reports(api, reports)
+        except Exception as exc:
+            return _fail(f"writing PolicyReports failed: {exc}")
+        print(f"wrote {written} PolicyReports (wgpolicyk8s.io/v1alpha2)", file=sys.stderr)
+    return _verdict(summary, args)
