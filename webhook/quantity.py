@@ -10,7 +10,7 @@ import re
 from fractions import Fraction
 from functools import lru_cache
 
-__all__ = ["QuantityError", "format_bytes", "parse_quantity"]
+__all__ = ["QuantityError", "format_bytes", "parse_quantity", "show"]
 
 _SUFFIXES: dict[str, Fraction] = {
     "": Fraction(1),
@@ -64,6 +64,11 @@ def _parse_text(value: str) -> Fraction:
     if match["exp"]:
         return number * Fraction(10) ** int(match["exp"][1:])
     return number * _SUFFIXES[match["suffix"] or ""]
+
+
+def show(value: Fraction | int) -> str:
+    """A count for a message: 2, or 0.5 when it is not whole."""
+    return str(value.numerator) if value.denominator == 1 else str(float(value))
 
 
 def format_bytes(value: Fraction | int) -> str:

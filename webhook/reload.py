@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from webhook.config import RuleSet
@@ -35,15 +35,11 @@ def fingerprint(folder: Path) -> str:
 
 @dataclass
 class RuleHolder:
-    """The rule set in service and the history of attempts to replace it."""
+    """The rule set in service, and the fingerprint of the files it was loaded from."""
 
     source: Path
     current: RuleSet | None = None
     digest: str = ""
-    reloads: int = 0
-    failures: int = 0
-    last_error: str = ""
-    history: list[str] = field(default_factory=list)
 
     def refresh(self) -> bool:
         """Load the folder if its contents changed; True when a new set went into service."""
@@ -54,15 +50,11 @@ class RuleHolder:
         try:
             rules = load_rules(self.source)
         except RuleFileError as exc:
-            self.failures += 1
-            self.last_error = str(exc)
             RELOADS.labels("refused").inc()
             kept = "the previous rule set keeps serving" if self.current else "not ready"
             log.error("rule set in %s refused (%s):\n%s", self.source, kept, exc)
             return False
         self.current = rules
-        self.reloads += 1
         RELOADS.labels("loaded").inc()
-        self.last_error = ""
         log.info("rule set loaded from %s (%s)", self.source, digest[:12])
         return True

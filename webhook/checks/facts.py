@@ -11,7 +11,7 @@ from webhook.context import Context
 from webhook.findings import Finding
 from webhook.podviews import PodView
 
-__all__ = ["pod_gpus", "pod_product", "show", "trusted_facts", "unknown_facts"]
+__all__ = ["pod_gpus", "pod_product", "required_terms", "trusted_facts", "unknown_facts"]
 
 
 def trusted_facts(ctx: Context) -> tuple[ClusterFacts | None, str]:
@@ -91,7 +91,3 @@ def required_terms(pod: PodView) -> list[list[dict[str, Any]]]:
         if isinstance(term, dict) and isinstance(term.get("matchExpressions"), list):
             terms.append([e for e in term["matchExpressions"] if isinstance(e, dict)])
     return terms
-
-
-def show(value: Fraction) -> str:
-    return str(value.numerator) if value.denominator == 1 else str(float(value))

@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from fractions import Fraction
 
-from webhook.checks.facts import pod_gpus, pod_product, show, trusted_facts, unknown_facts
+from webhook.checks.facts import pod_gpus, pod_product, trusted_facts, unknown_facts
 from webhook.cluster import ClusterFacts, Usage
 from webhook.config import QuotaBudget, matches_any
 from webhook.context import Context
 from webhook.findings import Finding
 from webhook.podviews import PodView
+from webhook.quantity import show
 
 __all__ = ["gpu_quota", "matching_budgets"]
 

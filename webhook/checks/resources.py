@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from fractions import Fraction
 from typing import Any
 
 from webhook.context import Context
 from webhook.findings import Finding
 from webhook.podviews import ContainerView, PodView
+from webhook.quantity import show
 
 __all__ = [
     "copy_requests_to_limits",
@@ -21,10 +21,6 @@ __all__ = [
 
 FULL_GPU = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
-
-
-def _show(value: Fraction) -> str:
-    return str(value.numerator) if value.denominator == 1 else str(float(value))
 
 
 def copy_requests_to_limits(spec: dict[str, Any], pod: PodView, ctx: Context) -> bool:
@@ -54,11 +50,11 @@ def requests_equal_limits(pod: PodView, ctx: Context) -> Iterator[Finding]:
                 yield Finding(
                     rule="gpu-requests-limits",
                     summary=(
-                        f"gpu-requests-limits: {c.label()} requests {_show(requested)} {name} "
+                        f"gpu-requests-limits: {c.label()} requests {show(requested)} {name} "
                         f"but sets no limit"
                     ),
                     fix=(
-                        f"set {field} to {_show(requested)}; GPUs cannot be overcommitted, so "
+                        f"set {field} to {show(requested)}; GPUs cannot be overcommitted, so "
                         "the apiserver refuses a GPU request without an equal limit"
                         + ("" if fixing else " (the automatic fix is switched off in the rules)")
                     ),
@@ -68,8 +64,8 @@ def requests_equal_limits(pod: PodView, ctx: Context) -> Iterator[Finding]:
                 yield Finding(
                     rule="gpu-requests-limits",
                     summary=(
-                        f"gpu-requests-limits: {c.label()} requests {_show(requested)} {name} "
-                        f"but limits {_show(limit)}"
+                        f"gpu-requests-limits: {c.label()} requests {show(requested)} {name} "
+                        f"but limits {show(limit)}"
                     ),
                     fix=(
                         f"make {c.field_path}.resources.requests and .limits equal for {name} "

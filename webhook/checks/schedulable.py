@@ -8,12 +8,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
-from webhook.checks.facts import pod_gpus, required_terms, show, trusted_facts, unknown_facts
+from webhook.checks.facts import pod_gpus, required_terms, trusted_facts, unknown_facts
 from webhook.cluster import Node
 from webhook.context import Context
 from webhook.findings import Finding
 from webhook.memo import by_identity
 from webhook.podviews import PodView
+from webhook.quantity import show
 
 __all__ = ["gpu_schedulable"]
 

@@ -1,0 +1,132 @@
+"""Shared by the manifest tests: the kustomizations rendered as deployed, and what is routed.
+
+`render()` gives the objects of the base and both overlays the way they get deployed (`kubectl
+kustomize`, or the files one by one where kubectl is missing); ROUTED is what the webhook
+handles, and `routed()` whether the apiserver would send an object to the webhooks at all.
+Used by test_manifests.py and test_match_conditions.py.
+"""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import yaml
+
+from webhook.config import RuleSet
+from webhook.rulefiles import load_rules
+
+ROOT = Path(__file__).resolve().parents[1]
+MANIFESTS = ROOT / "manifests"
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "manifests"
+KUSTOMIZATIONS = {
+    "base": MANIFESTS / "base",
+    "cert-manager": MANIFESTS / "overlays" / "cert-manager",
+    "self-signed": MANIFESTS / "overlays" / "self-signed",
+}
+# matchConditions are GA in 1.30: the oldest release these manifests support.
+K8S_VERSIONS = ("1.30", kubernetes_validate.latest_version())
+CERT_MANAGER_KINDS = frozenset({"Issuer", "Certificate"})
+NAMESPACE = "gpu-admission"
+SERVICE_DNS = f"gpu-admission.{NAMESPACE}.svc"
+KUBECTL = shutil.which("kubectl")
+
+RULES: RuleSet = load_rules(ROOT / "rules")  # what the ConfigMap ships
+
+
+# --- rendering ---------------------------------------------------------------------------------
+
+
+def _files_of(folder: Path) -> list[dict[str, Any]]:
+    """Without kubectl: the resources a kustomization lists, unpatched, plus its ConfigMaps."""
+    kustomization = yaml.safe_load((folder / "kustomization.yaml").read_text())
+    docs: list[dict[str, Any]] = []
+    for entry in kustomization.get("resources", []):
+        path = folder / entry
+        if path.is_dir():
+            docs += _files_of(path)
+        else:
+            docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
+    for gen in kustomization.get("configMapGenerator", []):
+        files = [folder / f for f in gen.get("files", [])]
+        docs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": gen["name"], "namespace": gen.get("namespace")},
+                "data": {f.name: f.read_text() for f in files},
+            }
+        )
+    return docs
+
+
+@functools.cache
+def render(name: str) -> tuple[dict[str, Any], ...]:
+    """The objects a kustomization deploys, as `kubectl kustomize` renders them."""
+    folder = KUSTOMIZATIONS[name]
+    if KUBECTL is None:
+        return tuple(_files_of(folder))
+    result = subprocess.run(
+        [KUBECTL, "kustomize", "--load-restrictor", "LoadRestrictionsNone", str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"kubectl kustomize {folder} failed:\n{result.stderr}")
+    return tuple(d for d in yaml.safe_load_all(result.stdout) if d)
+
+
+def one(name: str, kind: str) -> dict[str, Any]:
+    found = [d for d in render(name) if d["kind"] == kind]
+    assert len(found) == 1, f"{name} renders {len(found)} {kind} objects, expected one"
+    return found[0]
+
+
+def webhook_entries(name: str = "base") -> list[tuple[str, dict[str, Any]]]:
+    """(configuration kind, webhook) for every webhook in the rendered kustomization."""
+    return [
+        (doc["kind"], hook)
+        for doc in render(name)
+        if doc["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+        for hook in doc["webhooks"]
+    ]
+
+
+# --- what the webhooks are registered for ------------------------------------------------------
+
+# What the webhook handles: (group, version, resource) -> operations. Pods on CREATE only: the
+# engine judges no pod UPDATE, and with failurePolicy Fail an outage would block label changes.
+ROUTED: dict[tuple[str, str, str], set[str]] = {("", "v1", "pods"): {"CREATE"}} | {
+    (group, version, resource): {"CREATE", "UPDATE"}
+    for group, version, resources in [
+        ("", "v1", "replicationcontrollers podtemplates"),
+        ("apps", "v1", "deployments statefulsets daemonsets replicasets"),
+        ("batch", "v1", "jobs cronjobs"),
+        ("ray.io", "v1", "rayclusters rayjobs rayservices"),
+        ("kubeflow.org", "v1", "pytorchjobs tfjobs mpijobs xgboostjobs paddlejobs jaxjobs"),
+        ("kubeflow.org", "v2beta1", "mpijobs"),
+        ("serving.kserve.io", "v1beta1", "inferenceservices"),
+        ("jobset.x-k8s.io", "v1alpha2", "jobsets"),
+        ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets"),
+    ]
+    for resource in resources.split()
+}
+# Kinds the pod views know that the webhook is deliberately not registered for.
+NOT_ROUTED = {("batch.volcano.sh", "Job")}
+
+
+def resource_of(kind: str) -> str:
+    return kind.lower() + "s"  # true of every kind routed here
+
+
+def routed(doc: Any) -> bool:
+    """Whether the apiserver would send this object (on CREATE) to the webhooks."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("apiVersion"), str):
+        return False
+    group, _, version = doc["apiVersion"].rpartition("/")
+    return "CREATE" in ROUTED.get((group, version, resource_of(str(doc.get("kind")))), set())

@@ -1,0 +1,419 @@
+"""The webhooks' matchConditions, evaluated with a real CEL interpreter.
+
+The conditions of the rendered base are run against objects built for every routed kind and
+against the corpus, with the webhook's own pod views as the judge of which objects it must see.
+"""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+import functools
+import posixpath
+from collections.abc import Callable
+from typing import Any
+
+import cel
+import pytest
+import yaml
+from manifests_support import (
+    CORPUS,
+    NOT_ROUTED,
+    RULES,
+    resource_of,
+    routed,
+    webhook_entries,
+)
+
+from webhook.config import RuleSet
+from webhook.podviews import POD_SPEC_PATHS, group_of, pod_views
+
+# --- (b) matchConditions, evaluated with CEL ----------------------------------------------------
+
+
+@functools.cache
+def _programs() -> tuple[tuple[str, Any], ...]:
+    """The mutating webhook's conditions, compiled (the validating ones are the same)."""
+    (hook,) = [h for kind, h in webhook_entries() if kind == "MutatingWebhookConfiguration"]
+    return tuple((c["name"], cel.compile(c["expression"])) for c in hook["matchConditions"])
+
+
+def _request(obj: dict[str, Any], operation: str) -> dict[str, Any]:
+    """The `request` variable as the apiserver builds it for matchConditions."""
+    group, _, version = str(obj.get("apiVersion", "v1")).rpartition("/")
+    kind = {"group": group, "version": version, "kind": obj.get("kind", "")}
+    resource = {"group": group, "version": version, "resource": resource_of(kind["kind"])}
+    return {
+        "kind": kind,
+        "resource": resource,
+        "subResource": "",
+        "requestKind": kind,
+        "requestResource": resource,
+        "name": obj.get("metadata", {}).get("name", ""),
+        "namespace": "ml-team",
+        "operation": operation,
+        "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+        "dryRun": False,
+        "options": {"apiVersion": "meta.k8s.io/v1", "kind": f"{operation.title()}Options"},
+    }
+
+
+def selects(obj: dict[str, Any], *, operation: str = "CREATE", old: Any = None) -> bool:
+    """Whether the apiserver would call the webhooks: every matchCondition is true."""
+    context = cel.Context()
+    context.add_variable("object", obj)
+    context.add_variable("oldObject", old)
+    context.add_variable("request", _request(obj, operation))
+    results = {name: program.execute(context) for name, program in _programs()}
+    assert all(isinstance(r, bool) for r in results.values()), results
+    return all(results.values())
+
+
+def _container(**fields: Any) -> dict[str, Any]:
+    return {"name": "main", "image": "nginx:1.27", **fields}
+
+
+def _limits(name: str, amount: Any) -> dict[str, Any]:
+    return {"containers": [_container(resources={"limits": {name: amount}})]}
+
+
+def _requests(name: str, amount: Any) -> dict[str, Any]:
+    return {"containers": [_container(resources={"requests": {name: amount}})]}
+
+
+def _host(path: str) -> dict[str, Any]:
+    return {
+        "containers": [_container(volumeMounts=[{"name": "host", "mountPath": "/host"}])],
+        "volumes": [{"name": "host", "hostPath": {"path": path}}],
+    }
+
+
+def _env(**env: Any) -> dict[str, Any]:
+    return {"containers": [_container(env=[{"name": "NVIDIA_VISIBLE_DEVICES", **env}])]}
+
+
+def _tolerates(**toleration: Any) -> dict[str, Any]:
+    return {"containers": [_container()], "tolerations": [toleration]}
+
+
+# Pod specs and whether the webhook must see them.
+POD_SPECS: dict[str, tuple[dict[str, Any], bool]] = {
+    "plain-nginx": ({"containers": [_container()]}, False),
+    "memory-only": (_limits("memory", "1Gi"), False),
+    "gpu-zero-as-string": (_limits("nvidia.com/gpu", "0"), False),
+    "gpu-zero-as-integer": (_limits("nvidia.com/gpu", 0), False),
+    "another-vendors-resource": (_limits("example.com/fpga", "1"), False),
+    "nvidia-gpu-limit": (_limits("nvidia.com/gpu", "1"), True),
+    "nvidia-gpu-limit-as-integer": (_limits("nvidia.com/gpu", 1), True),
+    "nvidia-gpu-in-requests-only": (_requests("nvidia.com/gpu", "2"), True),
+    "mig-slice": (_limits("nvidia.com/mig-1g.5gb", "1"), True),
+    "amd-gpu": (_limits("amd.com/gpu", "1"), True),
+    "intel-gpu": (_limits("gpu.intel.com/i915", "1"), True),
+    "time-sliced-shared-gpu": (_limits("nvidia.com/gpu.shared", "1"), True),
+    "hami-gpu-memory": (_requests("nvidia.com/gpumem", "4096"), True),
+    "hami-gpu-cores": (_requests("nvidia.com/gpucores", "30"), True),
+    "fractional-gpu": (_limits("nvidia.com/gpu", "500m"), True),
+    "gpu-in-init-container": (
+        {
+            "initContainers": [_container(resources={"limits": {"nvidia.com/gpu": "1"}})],
+            "containers": [_container(name="app")],
+        },
+        True,
+    ),
+    "visible-devices-value": (_env(value="all"), True),
+    "visible-devices-void": (_env(value="void"), True),
+    "visible-devices-value-from": (
+        _env(valueFrom={"configMapKeyRef": {"name": "gpus", "key": "ids"}}),
+        True,
+    ),
+    "other-env-only": ({"containers": [_container(env=[{"name": "A", "value": "1"}])]}, False),
+    "host-dev": (_host("/dev"), True),
+    "host-dev-nvidia0": (_host("/dev/nvidia0"), True),
+    "host-dev-nvidiactl": (_host("/dev/nvidiactl"), True),
+    "host-dev-dri": (_host("/dev/dri"), True),
+    "host-dev-dri-card": (_host("/dev/dri/card0"), True),
+    "host-dev-with-trailing-slash": (_host("/dev/"), True),
+    "host-dev-double-slash": (_host("/dev//nvidia0"), True),
+    "host-dev-dot-segment": (_host("/./dev/nvidia0"), True),
+    "host-var-log": (_host("/var/log"), False),
+    "host-dev-shm": (_host("/dev/shm"), False),
+    "tolerates-nvidia-taint": (
+        _tolerates(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule"),
+        True,
+    ),
+    "tolerates-amd-taint": (_tolerates(key="amd.com/gpu", operator="Exists"), True),
+    "tolerates-every-taint": (_tolerates(operator="Exists"), False),
+    "tolerates-another-taint": (_tolerates(key="dedicated", operator="Equal", value="x"), False),
+}
+
+
+def _template(spec: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"labels": {"app": "demo"}}, "spec": spec}
+
+
+def _obj(api_version: str, kind: str, **fields: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": {"name": "demo", "namespace": "ml-team"},
+        **fields,
+    }
+
+
+def _controller(api_version: str, kind: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    return lambda s: _obj(
+        api_version,
+        kind,
+        spec={"selector": {"matchLabels": {"app": "demo"}}, "template": _template(s)},
+    )
+
+
+def _ray_cluster(s: dict[str, Any], *, gpu_in: str) -> dict[str, Any]:
+    """A Ray cluster spec with a CPU head and two worker groups; `s` goes in one of them."""
+    cpu = {"containers": [_container(name="ray")]}
+    return {
+        "headGroupSpec": {
+            "rayStartParams": {},
+            "template": _template(s if gpu_in == "head" else cpu),
+        },
+        "workerGroupSpecs": [
+            {"groupName": "cpu", "template": _template(cpu)},
+            {"groupName": "gpu", "template": _template(s if gpu_in == "worker" else cpu)},
+        ],
+    }
+
+
+def _kubeflow(api_version: str, kind: str, field: str, role: str) -> Callable[..., dict[str, Any]]:
+    cpu = {"containers": [_container()]}
+    return lambda s: _obj(
+        api_version,
+        kind,
+        spec={field: {"Master": {"template": _template(cpu)}, role: {"template": _template(s)}}},
+    )
+
+
+# Every routed kind, with the pod spec placed where that kind keeps it.
+KINDS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "Pod": lambda s: _obj("v1", "Pod", spec=s),
+    "PodTemplate": lambda s: _obj("v1", "PodTemplate", template=_template(s)),
+    "ReplicationController": lambda s: _obj(
+        "v1", "ReplicationController", spec={"template": _template(s)}
+    ),
+    "Deployment": _controller("apps/v1", "Deployment"),
+    "StatefulSet": _controller("apps/v1", "StatefulSet"),
+    "DaemonSet": _controller("apps/v1", "DaemonSet"),
+    "ReplicaSet": _controller("apps/v1", "ReplicaSet"),
+    "Job": lambda s: _obj("batch/v1", "Job", spec={"template": _template(s)}),
+    "CronJob": lambda s: _obj(
+        "batch/v1",
+        "CronJob",
+        spec={"schedule": "@daily", "jobTemplate": {"spec": {"template": _template(s)}}},
+    ),
+    "RayCluster-head": lambda s: _obj(
+        "ray.io/v1", "RayCluster", spec=_ray_cluster(s, gpu_in="head")
+    ),
+    "RayCluster-worker": lambda s: _obj(
+        "ray.io/v1", "RayCluster", spec=_ray_cluster(s, gpu_in="worker")
+    ),
+    "RayJob-worker": lambda s: _obj(
+        "ray.io/v1",
+        "RayJob",
+        spec={"entrypoint": "python x.py", "rayClusterSpec": _ray_cluster(s, gpu_in="worker")},
+    ),
+    "RayJob-submitter": lambda s: _obj(
+        "ray.io/v1", "RayJob", spec={"entrypoint": "x", "submitterPodTemplate": _template(s)}
+    ),
+    "RayService-head": lambda s: _obj(
+        "ray.io/v1", "RayService", spec={"rayClusterConfig": _ray_cluster(s, gpu_in="head")}
+    ),
+    "PyTorchJob": _kubeflow("kubeflow.org/v1", "PyTorchJob", "pytorchReplicaSpecs", "Worker"),
+    "TFJob": _kubeflow("kubeflow.org/v1", "TFJob", "tfReplicaSpecs", "Worker"),
+    "MPIJob-v1": _kubeflow("kubeflow.org/v1", "MPIJob", "mpiReplicaSpecs", "Worker"),
+    "MPIJob-v2beta1": _kubeflow("kubeflow.org/v2beta1", "MPIJob", "mpiReplicaSpecs", "Launcher"),
+    "XGBoostJob": _kubeflow("kubeflow.org/v1", "XGBoostJob", "xgbReplicaSpecs", "Worker"),
+    "PaddleJob": _kubeflow("kubeflow.org/v1", "PaddleJob", "paddleReplicaSpecs", "Worker"),
+    "JAXJob": _kubeflow("kubeflow.org/v1", "JAXJob", "jaxReplicaSpecs", "Worker"),
+    "InferenceService-predictor": lambda s: _obj(
+        "serving.kserve.io/v1beta1", "InferenceService", spec={"predictor": s}
+    ),
+    "InferenceService-transformer": lambda s: _obj(
+        "serving.kserve.io/v1beta1",
+        "InferenceService",
+        spec={"predictor": {"containers": [_container()]}, "transformer": s},
+    ),
+    "JobSet": lambda s: _obj(
+        "jobset.x-k8s.io/v1alpha2",
+        "JobSet",
+        spec={
+            "replicatedJobs": [
+                {"name": "cpu", "template": {"spec": {"template": _template(_limits("cpu", 1))}}},
+                {"name": "gpu", "template": {"spec": {"template": _template(s)}}},
+            ]
+        },
+    ),
+    "LeaderWorkerSet-leader": lambda s: _obj(
+        "leaderworkerset.x-k8s.io/v1",
+        "LeaderWorkerSet",
+        spec={"leaderWorkerTemplate": {"leaderTemplate": _template(s), "size": 2}},
+    ),
+    "LeaderWorkerSet-worker": lambda s: _obj(
+        "leaderworkerset.x-k8s.io/v1",
+        "LeaderWorkerSet",
+        spec={"leaderWorkerTemplate": {"workerTemplate": _template(s), "size": 2}},
+    ),
+}
+
+
+def needs_webhook(obj: dict[str, Any], rules: RuleSet = RULES) -> bool:
+    """The judge: the webhook's pod views, and the rule settings the webhook would act on."""
+    group, kind = group_of(obj.get("apiVersion")), obj["kind"]
+    taints = {t.key for t in rules.rules.gpu_tolerations.tolerations}
+    for view in pod_views(obj, group=group, kind=kind, is_gpu=rules.is_gpu_resource):
+        if view.asks_gpu:
+            return True
+        for c in view.containers:
+            if any(e.get("name") == "NVIDIA_VISIBLE_DEVICES" for e in c.raw.get("env") or []):
+                return True
+        for volume in view.spec.get("volumes") or []:
+            path = (volume.get("hostPath") or {}).get("path")
+            if isinstance(path, str) and any(
+                fnmatch.fnmatchcase(posixpath.normpath(path), pattern)
+                for pattern in rules.rules.host_gpu_devices.paths
+            ):
+                return True
+        if any(t.get("key") in taints for t in view.spec.get("tolerations") or []):
+            return True
+    return False
+
+
+def test_every_routed_kind_has_an_example_here() -> None:
+    built = {(group_of(make({})["apiVersion"]), make({})["kind"]) for make in KINDS.values()}
+    assert built == set(POD_SPEC_PATHS) - NOT_ROUTED
+    assert all(routed(make({})) for make in KINDS.values())
+
+
+@pytest.mark.parametrize("spec_name", POD_SPECS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_match_conditions_select_exactly_the_pod_specs_the_webhook_must_see(
+    kind: str, spec_name: str
+) -> None:
+    spec, expected = POD_SPECS[spec_name]
+    obj = KINDS[kind](copy.deepcopy(spec))
+    assert selects(obj) is expected
+    # The example itself is right: the webhook's own pod views find the pod spec where it is.
+    assert needs_webhook(obj) is expected
+
+
+@pytest.mark.parametrize(
+    "field",
+    ["model", "pytorch", "tensorflow", "triton", "huggingface", "sklearn", "onnx"],
+)
+def test_kserve_models_asking_for_a_gpu_are_selected(field: str) -> None:
+    predictor = {field: {"storageUri": "s3://m", "resources": {"limits": {"nvidia.com/gpu": 1}}}}
+    obj = KINDS["InferenceService-predictor"](predictor)
+    assert selects(obj) is True
+    predictor[field]["resources"]["limits"]["nvidia.com/gpu"] = 0
+    assert selects(obj) is False
+
+
+def test_a_multi_node_kserve_predictor_is_selected_for_its_gpu_workers() -> None:
+    obj = KINDS["InferenceService-predictor"](
+        {"model": {"storageUri": "s3://m"}, "workerSpec": _limits("nvidia.com/gpu", "1")}
+    )
+    assert selects(obj) is True
+
+
+def test_an_object_being_deleted_is_not_sent_even_when_it_asks_for_a_gpu() -> None:
+    obj = KINDS["Deployment"](_limits("nvidia.com/gpu", "1"))
+    old = copy.deepcopy(obj)
+    obj["metadata"]["deletionTimestamp"] = "2030-01-01T00:00:00Z"
+    obj["metadata"]["finalizers"] = []
+    assert selects(obj, operation="UPDATE", old=old) is False
+    assert selects(old, operation="UPDATE", old=old) is True
+
+
+def _sample(pattern: str) -> str:
+    return pattern.replace("*", "x0")
+
+
+@pytest.mark.parametrize("pattern", RULES.gpu_resources)
+def test_every_gpu_resource_of_the_rule_files_is_selected(pattern: str) -> None:
+    obj = KINDS["Deployment"](_limits(_sample(pattern), "1"))
+    assert RULES.is_gpu_resource(_sample(pattern))
+    assert selects(obj) is True
+
+
+@pytest.mark.parametrize("pattern", RULES.rules.host_gpu_devices.paths)
+def test_every_host_device_path_of_the_rule_files_is_selected(pattern: str) -> None:
+    assert selects(KINDS["Pod"](_host(_sample(pattern)))) is True
+
+
+@pytest.mark.parametrize("key", [t.key for t in RULES.rules.gpu_tolerations.tolerations])
+def test_every_gpu_taint_of_the_rule_files_is_selected(key: str) -> None:
+    assert selects(KINDS["Pod"](_tolerates(key=key, operator="Exists"))) is True
+
+
+# --- (b) against the corpus ---------------------------------------------------------------------
+
+
+def _without_nulls(value: Any) -> Any:
+    """What the apiserver hands CEL: typed decoding (built-in kinds) and pruning (CRDs) drop
+    the nulls that an empty `resources:` or `env:` key leaves in a YAML file."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
+def _corpus() -> list[tuple[str, dict[str, Any]]]:
+    if not CORPUS.is_dir():
+        return []
+    docs = []
+    for path in sorted(CORPUS.iterdir()):
+        try:
+            loaded = list(yaml.safe_load_all(path.read_text()))
+        except yaml.YAMLError:
+            continue  # a few files are broken as published
+        for i, doc in enumerate(loaded):
+            if isinstance(doc, dict):
+                docs.append((f"{path.stem}#{i}-{doc.get('kind')}", _without_nulls(doc)))
+    return docs
+
+
+def _corpus_cases(only_routed: bool) -> list[Any]:
+    docs = _corpus()
+    if not docs:
+        return [pytest.param(None, marks=pytest.mark.skip(reason=f"{CORPUS} is absent"))]
+    cases = []
+    for doc_id, doc in docs:
+        if only_routed and not routed(doc):
+            continue
+        cases.append(pytest.param(doc, id=doc_id))
+    return cases
+
+
+@pytest.mark.parametrize("doc", _corpus_cases(only_routed=False))
+def test_the_match_conditions_evaluate_without_error_on_every_corpus_object(
+    doc: dict[str, Any],
+) -> None:
+    # A missing has() guard or a type mismatch raises here; in the apiserver an evaluation
+    # error counts as a webhook failure (and refuses the object under failurePolicy Fail).
+    selects(doc)
+    selects(doc, operation="UPDATE", old=doc)
+
+
+@pytest.mark.parametrize("doc", _corpus_cases(only_routed=True))
+def test_the_match_conditions_send_a_corpus_object_exactly_when_the_webhook_needs_it(
+    doc: dict[str, Any],
+) -> None:
+    assert selects(doc) is needs_webhook(doc)
+
+
+def test_the_corpus_has_objects_on_both_sides_of_the_match_conditions() -> None:
+    docs = [doc for _, doc in _corpus() if routed(doc)]
+    if not docs:
+        pytest.skip(f"{CORPUS} is absent")
+    chosen = [selects(doc) for doc in docs]
+    assert sum(chosen) >= 20, "too few GPU objects: the corpus test above proves little"
+    assert len(chosen) - sum(chosen) >= 5, "too few non-GPU objects to show any are left out"
