@@ -12,7 +12,7 @@ import orjson
 
 from webhook.cluster import ClusterFacts, Reservations
 from webhook.config import RuleSet
-from webhook.engine import Judged, Subject, mutate, reservation, validate
+from webhook.engine import Judged, Subject, mutate, validate_and_hold
 from webhook.findings import Finding
 from webhook.metrics import FINDINGS, counted
 from webhook.podviews import UnreadableObject, holds_pods
@@ -165,7 +165,7 @@ def answer_validate(
         return fast
     try:
         subject = subject_of(request)
-        judged = validate(subject, rules, cluster=cluster)
+        judged, hold = validate_and_hold(subject, rules, cluster=cluster)
     except UnreadableObject as exc:
         counted("validate", request.kind.kind, "denied").inc()
         return _unreadable(request, exc)
@@ -173,10 +173,8 @@ def answer_validate(
     counted("validate", request.kind.kind, "denied" if denied else "allowed").inc()
     for j in judged:
         FINDINGS.labels(j.finding.rule, _VERDICT[j.mode]).inc()
-    if not denied and reservations is not None and not request.dry_run:
-        hold = reservation(subject, rules, cluster=cluster)
-        if hold is not None:
-            reservations.hold(hold)
+    if hold is not None and reservations is not None and not request.dry_run:
+        reservations.hold(hold)
     if not judged:
         return encode(request.uid, allowed=True)
     denials = [j.finding for j in judged if j.mode == "enforce"]

@@ -26,9 +26,9 @@ __all__ = [
     "Subject",
     "evaluate",
     "mutate",
-    "reservation",
     "scope",
     "validate",
+    "validate_and_hold",
 ]
 
 
@@ -180,6 +180,39 @@ def validate(
     subject: Subject, rules: RuleSet, *, cluster: ClusterFacts | None = None
 ) -> list[Judged]:
     """Every finding of every rule not switched off, with its mode."""
+    return _validate(subject, rules, cluster)[0]
+
+
+def validate_and_hold(
+    subject: Subject, rules: RuleSet, *, cluster: ClusterFacts | None = None
+) -> tuple[list[Judged], PodGpus | None]:
+    """The findings, and what an admitted pod will hold for the driver to reserve until the
+    watch sees it (None when nothing is to be held: denied, no GPU, not a pod CREATE).
+
+    Only pod CREATEs hold GPUs; controllers are judged again when their pods are created.
+    """
+    judged, views = _validate(subject, rules, cluster)
+    if (
+        subject.kind != "Pod"
+        or subject.group != ""
+        or subject.operation != "CREATE"
+        or not views
+        or any(j.mode == "enforce" for j in judged)
+    ):
+        return judged, None
+    gpus = pod_gpus(views[0])
+    if not gpus:
+        return judged, None
+    meta = subject.obj.get("metadata") if isinstance(subject.obj, dict) else None
+    meta = meta if isinstance(meta, dict) else {}
+    name = str(meta.get("name") or meta.get("generateName") or "")
+    hold = PodGpus(subject.namespace, name, "Pending", gpus, product=pod_product(views[0]))
+    return judged, hold
+
+
+def _validate(
+    subject: Subject, rules: RuleSet, cluster: ClusterFacts | None
+) -> tuple[list[Judged], list[PodView]]:
     judged: list[Judged] = []
     subject = _with_labels(subject, cluster)
     rules, views = scope(subject, rules)
@@ -194,30 +227,7 @@ def validate(
                 Judged(f, "warn" if f.advisory and mode == "enforce" else mode)
                 for f in validation.check(view, ctx)
             )
-    return judged
-
-
-def reservation(
-    subject: Subject, rules: RuleSet, *, cluster: ClusterFacts | None = None
-) -> PodGpus | None:
-    """What an admitted pod will hold, for the driver to reserve until the watch sees it.
-
-    Only pod CREATEs hold GPUs; controllers are judged again when their pods are created.
-    """
-    if subject.kind != "Pod" or subject.group != "" or subject.operation != "CREATE":
-        return None
-    subject = _with_labels(subject, cluster)
-    _, views = scope(subject, rules)
-    if not views:
-        return None
-    view = views[0]
-    gpus = pod_gpus(view)
-    if not gpus:
-        return None
-    meta = subject.obj.get("metadata") if isinstance(subject.obj, dict) else None
-    meta = meta if isinstance(meta, dict) else {}
-    name = str(meta.get("name") or meta.get("generateName") or "")
-    return PodGpus(subject.namespace, name, "Pending", gpus, product=pod_product(view))
+    return judged, views
 
 
 def evaluate(subject: Subject, rules: RuleSet, *, cluster: ClusterFacts | None = None) -> Outcome:
