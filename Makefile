@@ -21,13 +21,16 @@ run: $(STAMP) certs/tls.crt
 	$(BIN)/gpu-admission serve --host 127.0.0.1 --port 8443 --rules rules \
 		--cluster-snapshot examples/cluster-snapshot.yaml
 
+# ruff, the import contract (pyproject.toml [tool.importlinter]) and mypy, all clean.
 lint: $(STAMP)
 	$(BIN)/ruff check webhook tests bench
 	$(BIN)/ruff format --check webhook tests bench
+	$(BIN)/lint-imports
+	$(BIN)/mypy
 
-test: $(STAMP)
-	$(BIN)/ruff check webhook tests bench
-	$(BIN)/python -m pytest -q
+# Two workers: CI has two cores, and the end-to-end tests wait on servers half the time.
+test: lint
+	$(BIN)/python -m pytest -q -n 2
 
 bench: $(STAMP)
 	$(BIN)/python bench/load.py

@@ -121,7 +121,7 @@ def start_fake(pods: int) -> tuple[subprocess.Popen[str], str]:
 def measure_sync(url: str) -> tuple[float, float, int]:
     from kubernetes import client
 
-    from webhook.livecache import LiveCache
+    from webhook.facts.live import LiveCache
 
     client.CoreV1Api  # noqa: B018 - import the lazily loaded API modules before measuring
     client.SchedulingV1Api  # noqa: B018
@@ -148,7 +148,7 @@ def measure_latency(url: str | None, requests: int) -> tuple[float, float]:
     from conftest import review_for, start_webhook, stop_webhook
     from fake_apiserver import kubeconfig_for
 
-    from webhook.certs import generate
+    from webhook.certs.generate import generate
 
     tmp = Path(tempfile.mkdtemp())
     generate(tmp / "certs", ["127.0.0.1"])

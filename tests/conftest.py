@@ -291,14 +291,14 @@ def schema_errors(obj: dict[str, Any]) -> list[str]:
 
 def pod_specs_as_pods(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Each pod spec inside the object, wrapped as a Pod so the schema checks it as a PodSpec."""
-    from webhook.config import RuleSet
-    from webhook.podviews import group_of, pod_views
+    from webhook.engine.podviews import group_of, pod_views
+    from webhook.ruleset.models import RuleSet
 
     views = pod_views(
         obj,
         group=group_of(obj.get("apiVersion")),
         kind=obj["kind"],
-        is_gpu=RuleSet().is_gpu_resource,
+        is_gpu=RuleSet().gpu_names().matches,
     )
     return {
         v.pointer: {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": v.spec}
@@ -308,7 +308,7 @@ def pod_specs_as_pods(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def schema_problems(obj: dict[str, Any]) -> list[str]:
     """Built-in kinds are checked whole; CRDs (no schema here) pod spec by pod spec."""
-    from webhook.podviews import BUILTIN_GROUPS, group_of
+    from webhook.engine.podviews import BUILTIN_GROUPS, group_of
 
     if group_of(obj.get("apiVersion")) in BUILTIN_GROUPS:
         return schema_errors(obj)

@@ -17,8 +17,8 @@ from typing import Any
 import kubernetes_validate
 import yaml
 
-from webhook.config import RuleSet
-from webhook.rulefiles import load_rules
+from webhook.ruleset.files import load_rules
+from webhook.ruleset.models import RuleSet
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFESTS = ROOT / "manifests"

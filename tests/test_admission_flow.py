@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from conftest import Webhook, assert_schema_valid, review_for
 
-from webhook.findings import WARNING_LIMIT
+from webhook.engine.findings import WARNING_LIMIT
 
 
 def gpu_container(name: str = "llm", gpus: str = "1", **extra: Any) -> dict[str, Any]:

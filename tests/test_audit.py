@@ -16,10 +16,11 @@ import pytest
 import yaml
 from conftest import CORPUS, ROOT, Webhook
 
-from webhook.audit import audit
-from webhook.manifests import read_sources
-from webhook.reports import write_report
-from webhook.rulefiles import load_rules
+from webhook.audit.manifests import read_sources
+from webhook.audit.reports import write_report
+from webhook.audit.run import audit
+from webhook.engine.compiled import compile_rules
+from webhook.ruleset.files import load_rules
 
 GOLDEN = Path(__file__).parent / "audit_golden"
 MANIFESTS = CORPUS / "manifests"
@@ -83,7 +84,7 @@ def test_golden_outputs(fmt: str, golden: str) -> None:
 
 
 def test_golden_policyreport() -> None:
-    rules = load_rules(ROOT / "rules")
+    rules = compile_rules(load_rules(ROOT / "rules"))
     out = io.StringIO()
     cwd = os.getcwd()
     os.chdir(GOLDEN)
@@ -92,7 +93,8 @@ def test_golden_policyreport() -> None:
             audit(read_sources(["input.yaml"]), rules),
             fmt="policyreport",
             out=out,
-            rules=rules,
+            active=rules.base.active_rules,
+            unchecked=rules.base.cluster_rules,
             now=0,
         )
     finally:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from cryptography import x509
 
-from webhook.certs import SERVING_DAYS, generate
+from webhook.certs.generate import SERVING_DAYS, generate
 
 
 def test_serving_cert_names_every_host_and_is_signed_by_the_ca(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from conftest import ROOT
 from fake_apiserver import FakeApiServer
 from test_livecache import gpu_pod, seed
 
-from webhook.clusteraudit import bounded
+from webhook.audit.cluster import bounded
 
 
 def deployment(name: str, gpus: str, ns: str = "ml-team") -> dict[str, Any]:

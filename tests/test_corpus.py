@@ -19,8 +19,8 @@ import pytest
 import yaml
 from conftest import CORPUS, Webhook, pod_specs_as_pods, schema_errors
 
-from webhook.config import RuleSet
-from webhook.podviews import BUILTIN_GROUPS, group_of, holds_pods, pod_views
+from webhook.engine.podviews import BUILTIN_GROUPS, group_of, holds_pods, pod_views
+from webhook.ruleset.models import RuleSet
 
 MANIFESTS = CORPUS / "manifests"
 RULES = RuleSet()
@@ -107,7 +107,7 @@ def _asks(column: str) -> list[tuple[bool, str, float]]:
     out = []
     for entry in re.findall(r"(init:)?[^:,;]+:([^=,;]+)=([^,;]+)", column):
         init, name, value = entry
-        if RULES.is_gpu_resource(name):
+        if RULES.gpu_names().matches(name):
             try:
                 out.append(
                     (
@@ -134,7 +134,10 @@ def test_corpus_verdicts_match_what_a_platform_engineer_expects(webhook: Webhook
     view = next(
         v
         for v in pod_views(
-            mutated, group=group_of(doc["apiVersion"]), kind=row.kind, is_gpu=RULES.is_gpu_resource
+            mutated,
+            group=group_of(doc["apiVersion"]),
+            kind=row.kind,
+            is_gpu=RULES.gpu_names().matches,
         )
         if v.field_path == row.path
     )

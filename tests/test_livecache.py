@@ -11,8 +11,9 @@ import pytest
 from fake_apiserver import FakeApiServer
 from kubernetes import client
 
-from webhook.cluster import PodGpus, Reservations
-from webhook.livecache import LiveCache
+from webhook.facts.live import LiveCache
+from webhook.facts.model import PodGpus
+from webhook.facts.reservations import Reservations
 
 
 def gpu_pod(name: str, ns: str = "ml-team", gpus: int = 1, **status: Any) -> dict[str, Any]:
@@ -89,7 +90,7 @@ def eventually(check: Callable[[], bool], seconds: float = 10) -> None:
 
 
 def used(cache: LiveCache, ns: str = "ml-team") -> Fraction:
-    return cache.usage(ns).by_resource.get("nvidia.com/gpu", Fraction(0))
+    return cache.facts_for(ns).usage.by_resource.get("nvidia.com/gpu", Fraction(0))
 
 
 def test_the_initial_list_is_paged_and_fills_every_kind(
@@ -99,11 +100,12 @@ def test_the_initial_list_is_paged_and_fills_every_kind(
     assert server.pages["pods"] == 3  # 8 pods in pages of 3
     assert used(cache) == 7
     assert cache.pod_count == 7  # the non-GPU pod is not kept
-    assert cache.namespace_labels("ml-team") == {"team": "ml"}
-    assert cache.nodes()[0].gpus == {"nvidia.com/gpu": 8}
-    assert cache.quotas("ml-team")[0].used == {"requests.nvidia.com/gpu": 7}
-    assert cache.priority_class("gpu-high").value == 1000  # type: ignore[union-attr]
-    assert cache.usage("ml-team").by_product[("nvidia.com/gpu", "H100")] == 7
+    facts = cache.facts_for("ml-team")
+    assert facts.namespace_labels == {"team": "ml"}
+    assert facts.nodes.nodes[0].gpus == {"nvidia.com/gpu": 8}
+    assert facts.quotas[0].used == {"requests.nvidia.com/gpu": 7}
+    assert facts.priority_class("gpu-high").value == 1000  # type: ignore[union-attr]
+    assert facts.usage.by_product[("nvidia.com/gpu", "H100")] == 7
     assert cache.age_seconds() is not None and cache.age_seconds() < 5  # type: ignore[operator]
 
 
@@ -115,7 +117,7 @@ def test_watch_events_update_usage(cache: LiveCache, server: FakeApiServer) -> N
     server.delete("pods", "ml-team", "p0")
     eventually(lambda: used(cache) == 6)
     server.put("namespaces", {"metadata": {"name": "ml-team", "labels": {"team": "ml2"}}})
-    eventually(lambda: cache.namespace_labels("ml-team") == {"team": "ml2"})
+    eventually(lambda: cache.facts_for("ml-team").namespace_labels == {"team": "ml2"})
 
 
 def test_watches_resume_from_bookmarks(cache: LiveCache, server: FakeApiServer) -> None:

@@ -33,9 +33,9 @@ from manifests_support import (
     webhook_entries,
 )
 
-from webhook.certinject import inject_ca_bundle, inject_ca_bundle_file
-from webhook.podviews import POD_SPEC_PATHS
-from webhook.rulefiles import rule_files
+from webhook.certs.inject import inject_ca_bundle, inject_ca_bundle_file
+from webhook.engine.podviews import POD_SPEC_PATHS
+from webhook.ruleset.files import rule_files
 from webhook.selectors import LabelSelector
 
 needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl renders overlays' patches")
@@ -346,7 +346,7 @@ def test_the_namespace_selector_leaves_out_system_gpu_operator_and_the_webhooks_
 
 @pytest.fixture(scope="module")
 def ca_pem(tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    from webhook.certs import generate
+    from webhook.certs.generate import generate
 
     paths = generate(tmp_path_factory.mktemp("ca"), ["gpu-admission.gpu-admission.svc"])
     return paths.ca_cert.read_bytes()

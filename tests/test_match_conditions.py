@@ -25,8 +25,8 @@ from manifests_support import (
     webhook_entries,
 )
 
-from webhook.config import RuleSet
-from webhook.podviews import POD_SPEC_PATHS, group_of, pod_views
+from webhook.engine.podviews import POD_SPEC_PATHS, group_of, pod_views
+from webhook.ruleset.models import RuleSet
 
 # --- (b) matchConditions, evaluated with CEL ----------------------------------------------------
 
@@ -268,7 +268,7 @@ def needs_webhook(obj: dict[str, Any], rules: RuleSet = RULES) -> bool:
     """The judge: the webhook's pod views, and the rule settings the webhook would act on."""
     group, kind = group_of(obj.get("apiVersion")), obj["kind"]
     taints = {t.key for t in rules.rules.gpu_tolerations.tolerations}
-    for view in pod_views(obj, group=group, kind=kind, is_gpu=rules.is_gpu_resource):
+    for view in pod_views(obj, group=group, kind=kind, is_gpu=rules.gpu_names().matches):
         if view.asks_gpu:
             return True
         for c in view.containers:
@@ -339,7 +339,7 @@ def _sample(pattern: str) -> str:
 @pytest.mark.parametrize("pattern", RULES.gpu_resources)
 def test_every_gpu_resource_of_the_rule_files_is_selected(pattern: str) -> None:
     obj = KINDS["Deployment"](_limits(_sample(pattern), "1"))
-    assert RULES.is_gpu_resource(_sample(pattern))
+    assert RULES.gpu_names().matches(_sample(pattern))
     assert selects(obj) is True
 
 

@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from webhook.certs import generate
+from webhook.certs.generate import generate
 
 GPU_POD = {
     "apiVersion": "v1",

@@ -9,7 +9,7 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from webhook.patch import clone, diff
+from webhook.engine.patch import clone, diff
 
 BASE: dict[str, Any] = {
     "containers": [

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from conftest import ROOT
 
-from webhook.rulecli import schema
+from webhook.rulecli.commands import schema
 
 
 def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from webhook.config import RuleSet
-from webhook.rulefiles import RuleFileError, load_rules
+from webhook.ruleset.files import RuleFileError, load_rules
+from webhook.ruleset.models import RuleSet
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -17,7 +17,7 @@ DEFAULT_HOSTS = (
 
 
 def _certs_generate(args: argparse.Namespace) -> int:
-    from webhook.certs import CertPaths, generate
+    from webhook.certs.generate import CertPaths, generate
 
     out = Path(args.out)
     if args.if_missing and CertPaths.in_folder(out).complete():
@@ -30,7 +30,7 @@ def _certs_generate(args: argparse.Namespace) -> int:
 
 
 def _certs_inject(args: argparse.Namespace) -> int:
-    from webhook.certinject import inject_ca_bundle_file
+    from webhook.certs.inject import inject_ca_bundle_file
 
     try:
         count = inject_ca_bundle_file(Path(args.file), Path(args.ca).read_bytes())
@@ -43,7 +43,7 @@ def _certs_inject(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     from webhook.logs import setup
-    from webhook.server import serve
+    from webhook.server.app import serve
 
     setup(args.log_level, args.log_format)
     try:
@@ -77,7 +77,7 @@ def _labels(text: str | None) -> dict[str, str] | None:
 
 
 def _rules(args: argparse.Namespace) -> int:
-    from webhook import rulecli
+    from webhook.rulecli import commands as rulecli
 
     folder = Path(args.dir)
     if args.rules_command == "check":
@@ -96,7 +96,7 @@ def _rules(args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from webhook.auditcli import run_audit
+    from webhook.audit.cli import run_audit
 
     return run_audit(args)
 

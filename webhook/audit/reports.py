@@ -1,0 +1,286 @@
+"""Audit output formats: a table for people, JSON for scripts, JUnit for CI, PolicyReports for
+the dashboards that already read the wgpolicyk8s.io format."""
+
+from __future__ import annotations
+
+import difflib
+import time
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any, TextIO
+
+import orjson
+import yaml
+
+from webhook.audit.manifests import InputError
+from webhook.audit.run import AuditResult, Skipped, Summary
+
+__all__ = ["FORMATS", "policy_reports", "write_report"]
+
+Item = AuditResult | Skipped | InputError
+
+_COLOURS = {"deny": "31", "warn": "33", "audit": "36", "ok": "32", "+": "32", "-": "31"}
+
+
+def _paint(text: str, key: str, colour: bool) -> str:
+    return f"\x1b[{_COLOURS[key]}m{text}\x1b[0m" if colour else text
+
+
+def _title(r: AuditResult) -> str:
+    return f"{r.kind}/{r.name or '(unnamed)'} in {r.namespace}"
+
+
+def patch_diff(r: AuditResult) -> list[str]:
+    """The change the webhook would make, as a YAML diff of the object (context 1 line)."""
+    if not r.patch:
+        return []
+    before = yaml.safe_dump(r.original, sort_keys=False).splitlines()
+    after = yaml.safe_dump(r.mutated, sort_keys=False).splitlines()
+    lines = difflib.unified_diff(before, after, n=1, lineterm="")
+    return [line for line in lines if not line.startswith(("---", "+++"))]
+
+
+def _table(
+    items: Iterable[Item], summary: Summary, out: TextIO, colour: bool, unchecked: list[str]
+) -> None:
+    for item in items:
+        summary.add(item)
+        if isinstance(item, InputError):
+            print(_paint(f"ERROR {item.source}: {item.message}", "deny", colour), file=out)
+            continue
+        if isinstance(item, Skipped):
+            continue
+        verdict = "DENY" if not item.allowed else "WARN" if item.warned else "OK"
+        key = {"DENY": "deny", "WARN": "warn", "OK": "ok"}[verdict]
+        print(f"{_paint(verdict.ljust(5), key, colour)} {_title(item)}  ({item.source})", file=out)
+        for f in item.findings():
+            print(
+                f"  {_paint(f['verdict'].ljust(5), f['verdict'], colour)} {f['message']}", file=out
+            )
+        diff = patch_diff(item)
+        if diff:
+            print("  patch:", file=out)
+            for line in diff:
+                sign = line[:1]
+                print("    " + (_paint(line, sign, colour) if sign in "+-" else line), file=out)
+    s = summary
+    print(
+        f"\n{s.objects} objects: {s.allowed} allowed, {s.denied} denied, {s.warned} warned, "
+        f"{s.mutated} would be mutated; {s.skipped} skipped (not workloads), {s.errors} errors",
+        file=out,
+    )
+    if unchecked:
+        print(
+            f"not checked (no cluster facts; see --cluster-snapshot): {', '.join(unchecked)}",
+            file=out,
+        )
+
+
+def _result_json(r: AuditResult) -> dict[str, Any]:
+    return {
+        "source": r.source,
+        "kind": r.kind,
+        "namespace": r.namespace,
+        "name": r.name,
+        "allowed": r.allowed,
+        "findings": r.findings(),
+        "patch": r.patch,
+    }
+
+
+def _json(items: Iterable[Item], summary: Summary, out: TextIO, unchecked: list[str]) -> None:
+    results, errors = [], []
+    for item in items:
+        summary.add(item)
+        if isinstance(item, AuditResult):
+            results.append(_result_json(item))
+        elif isinstance(item, InputError):
+            errors.append({"source": item.source, "message": item.message})
+    doc = {
+        "summary": {
+            "objects": summary.objects,
+            "allowed": summary.allowed,
+            "denied": summary.denied,
+            "warned": summary.warned,
+            "mutated": summary.mutated,
+            "skipped": summary.skipped,
+        },
+        "results": results,
+        "errors": errors,
+        "notChecked": unchecked,
+    }
+    out.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2, default=str).decode() + "\n")
+
+
+def _junit(items: Iterable[Item], summary: Summary, out: TextIO) -> None:
+    """One testsuite per file, one testcase per object; denials are failures, input errors
+    are errors, and skipped kinds are skipped cases."""
+    suites: dict[str, ET.Element] = {}
+    for item in items:
+        summary.add(item)
+        file = item.source.split("#", 1)[0]
+        suite = suites.get(file)
+        if suite is None:
+            suite = suites[file] = ET.Element("testsuite", name=file)
+        if isinstance(item, InputError):
+            case = ET.SubElement(suite, "testcase", classname=file, name=item.source)
+            ET.SubElement(case, "error", message=item.message, type="input")
+            continue
+        name = f"{item.kind} {item.source}"
+        if isinstance(item, Skipped):
+            case = ET.SubElement(suite, "testcase", classname=file, name=name)
+            ET.SubElement(case, "skipped", message=f"{item.kind} holds no pod template")
+            continue
+        case = ET.SubElement(
+            suite, "testcase", classname=file, name=f"{_title(item)} ({item.source})"
+        )
+        findings = item.findings()
+        denials = [f for f in findings if f["verdict"] == "deny"]
+        if denials:
+            failure = ET.SubElement(
+                case, "failure", message=denials[0]["message"][:200], type="deny"
+            )
+            failure.text = "\n".join(f["message"] for f in denials)
+        others = [f"{f['verdict']}: {f['message']}" for f in findings if f["verdict"] != "deny"]
+        if others:
+            ET.SubElement(case, "system-out").text = "\n".join(others)
+    root = ET.Element("testsuites", name="gpu-admission audit")
+    for suite in suites.values():
+        cases = suite.findall("testcase")
+        suite.set("tests", str(len(cases)))
+        suite.set("failures", str(sum(1 for c in cases if c.find("failure") is not None)))
+        suite.set("errors", str(sum(1 for c in cases if c.find("error") is not None)))
+        suite.set("skipped", str(sum(1 for c in cases if c.find("skipped") is not None)))
+        root.append(suite)
+    for attr in ("tests", "failures", "errors", "skipped"):
+        root.set(attr, str(sum(int(s.get(attr, "0")) for s in root)))
+    ET.indent(root)
+    out.write(ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n")
+
+
+_RESULT = {"enforce": "fail", "audit": "fail", "warn": "warn"}
+_SEVERITY = {"enforce": "high", "audit": "medium", "warn": "low"}
+
+
+def policy_reports(
+    items: Iterable[Item],
+    summary: Summary,
+    active: Iterable[str],
+    now: float,
+    unchecked: list[str],
+) -> list[dict[str, Any]]:
+    """wgpolicyk8s.io/v1alpha2 PolicyReports, one per namespace; a result per object and rule.
+
+    Rules that ran and found nothing report `pass`, so dashboards can show compliance; rules
+    that could not run (no cluster facts) report `skip`, never a false pass.
+    """
+    stamp = {"seconds": int(now), "nanos": 0}
+    active = list(active)
+    by_ns: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for item in items:
+        summary.add(item)
+        if not isinstance(item, AuditResult):
+            continue
+        subject = {
+            "apiVersion": item.api_version,
+            "kind": item.kind,
+            "name": item.name,
+            "namespace": item.namespace,
+        }
+        fired = set()
+        for f in item.findings():
+            fired.add(f["rule"])
+            by_ns[item.namespace].append(
+                {
+                    "source": "gpu-admission",
+                    "policy": "gpu-admission",
+                    "rule": f["rule"],
+                    "category": "GPU workloads",
+                    "severity": _SEVERITY[f["mode"]],
+                    "timestamp": dict(stamp),
+                    "result": _RESULT[f["mode"]],
+                    "scored": True,
+                    "resources": [dict(subject)],
+                    "message": f["message"],
+                    "properties": {"mode": f["mode"], "path": f["path"], "source": item.source},
+                }
+            )
+        for rule in active:
+            if rule not in fired:
+                by_ns[item.namespace].append(
+                    {
+                        "source": "gpu-admission",
+                        "policy": "gpu-admission",
+                        "rule": rule,
+                        "timestamp": dict(stamp),
+                        "result": "skip" if rule in unchecked else "pass",
+                        "scored": True,
+                        "resources": [dict(subject)],
+                    }
+                )
+    reports = []
+    for namespace, results in sorted(by_ns.items()):
+        counts = {k: 0 for k in ("pass", "fail", "warn", "error", "skip")}
+        for r in results:
+            counts[r["result"]] += 1
+        reports.append(
+            {
+                "apiVersion": "wgpolicyk8s.io/v1alpha2",
+                "kind": "PolicyReport",
+                "metadata": {
+                    "name": "gpu-admission",
+                    "namespace": namespace,
+                    "labels": {"app.kubernetes.io/managed-by": "gpu-admission"},
+                },
+                "summary": counts,
+                "results": results,
+            }
+        )
+    return reports
+
+
+def _policyreport(
+    items: Iterable[Item],
+    summary: Summary,
+    out: TextIO,
+    active: tuple[str, ...],
+    now: float,
+    unchecked: list[str],
+) -> None:
+    reports = policy_reports(items, summary, active, now, unchecked)
+    out.write(yaml.safe_dump_all(reports, sort_keys=False) if reports else "")
+
+
+FORMATS = ("table", "json", "junit", "policyreport")
+
+
+def write_report(
+    items: Iterable[Item],
+    *,
+    fmt: str,
+    out: TextIO,
+    active: tuple[str, ...],
+    unchecked: tuple[str, ...] = (),
+    colour: bool = False,
+    now: float | None = None,
+) -> Summary:
+    """Write `items` in `fmt` and return the counts (the caller turns them into an exit code).
+
+    `active` are the rules that judged every object (PolicyReports say `pass` for those that
+    found nothing); `unchecked` the ones that could not run for want of cluster facts.
+    """
+    summary = Summary()
+    unchecked = list(unchecked)
+    if fmt == "table":
+        _table(items, summary, out, colour, unchecked)
+    elif fmt == "json":
+        _json(items, summary, out, unchecked)
+    elif fmt == "junit":
+        _junit(items, summary, out)
+    elif fmt == "policyreport":
+        now = time.time() if now is None else now
+        _policyreport(items, summary, out, active, now, unchecked)
+    else:
+        raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    return summary

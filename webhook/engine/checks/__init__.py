@@ -1,0 +1,83 @@
+"""The rules: pure functions over pod views, grouped by what they protect.
+
+Validations take a pod view and their own config and yield findings. Mutations take a working
+copy of the pod spec (see `patch.working_copy` for what they may edit in place) with the view
+of the original, change the copy, and never read anything else; the engine diffs the copy
+into a JSON patch. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.engine.checks import (
+    isolation,
+    placement,
+    priority,
+    probes,
+    quota,
+    resources,
+    schedulable,
+    shm,
+)
+from webhook.engine.context import Context
+from webhook.engine.findings import Finding
+from webhook.engine.podviews import PodView
+
+__all__ = [
+    "CLUSTER_RULES",
+    "MUTATIONS",
+    "VALIDATIONS",
+    "Mutation",
+    "Validation",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Validation:
+    rule: str
+    check: Callable[[PodView, Context], Iterable[Finding]]
+    gpu_only: bool  # True: skipped on pods that ask for no GPU (the fast path)
+    # Needs cluster facts: not run at all when there is no source of them (an offline audit
+    # reports these rules as not checked); stale facts are each rule's whenUnknown to handle.
+    needs_cluster: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Mutation:
+    rule: str
+    apply: Callable[[dict[str, Any], PodView, Context], bool]  # True when it changed something
+
+
+# Order matters for mutations: limits are fixed first so later rules see the GPU in limits.
+MUTATIONS: tuple[Mutation, ...] = (
+    Mutation("gpu-requests-limits", resources.copy_requests_to_limits),
+    Mutation("gpu-tolerations", placement.add_gpu_tolerations),
+    Mutation("gpu-shm", shm.add_shm),
+    Mutation("gpu-probe-delays", probes.adjust_probes),
+    Mutation("gpu-priority-class", priority.inject_priority_class),
+)
+
+VALIDATIONS: tuple[Validation, ...] = (
+    Validation("gpu-requests-limits", resources.requests_equal_limits, gpu_only=True),
+    Validation("gpu-whole-quantity", resources.whole_quantities, gpu_only=False),
+    Validation("gpu-mig-mixed", resources.mig_not_mixed, gpu_only=True),
+    Validation("visible-devices", isolation.visible_devices, gpu_only=False),
+    Validation("privileged-gpu", isolation.privileged_gpu, gpu_only=True),
+    Validation("host-gpu-devices", isolation.host_gpu_devices, gpu_only=False),
+    Validation("gpu-toleration-without-gpu", placement.toleration_without_gpu, gpu_only=False),
+    Validation("gpu-memory-limit", resources.memory_limit, gpu_only=True),
+    Validation("gpu-readiness-probe", probes.readiness_probe, gpu_only=True),
+    Validation("gpu-init-container", resources.init_container_gpu, gpu_only=True),
+    Validation("gpu-quota", quota.gpu_quota, gpu_only=True, needs_cluster=True),
+    Validation(
+        "gpu-priority-class", priority.gpu_priority_class, gpu_only=True, needs_cluster=True
+    ),
+    Validation("gpu-schedulable", schedulable.gpu_schedulable, gpu_only=True, needs_cluster=True),
+)
+
+
+# Rules that judge nothing without cluster facts; audits list them as not checked.
+CLUSTER_RULES: tuple[str, ...] = tuple(v.rule for v in VALIDATIONS if v.needs_cluster)

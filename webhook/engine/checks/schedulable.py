@@ -1,0 +1,143 @@
+"""Pods that no node could ever run: too many GPUs, a GPU product or MIG profile that isn't
+there, a GPU resource no node offers. The message lists what the cluster does have."""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterator, Mapping
+from fractions import Fraction
+from typing import Any
+
+from webhook.engine.accounting import pod_gpus, required_terms
+from webhook.engine.checks.trust import trusted_facts, unknown_facts
+from webhook.engine.context import Context
+from webhook.engine.findings import Finding
+from webhook.engine.podviews import PodView
+from webhook.facts.model import Node
+from webhook.quantity import show
+
+__all__ = ["gpu_schedulable"]
+
+RULE = "gpu-schedulable"
+
+
+def _expr_matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    key, op = expr.get("key"), expr.get("operator")
+    values = [v for v in expr.get("values") or [] if isinstance(v, str)]
+    if op == "In":
+        return labels.get(key) in values  # type: ignore[arg-type]
+    if op == "NotIn":
+        return labels.get(key) not in values  # type: ignore[arg-type]
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    if op in ("Gt", "Lt") and values and key in labels:
+        try:
+            have, want = int(labels[key]), int(values[0])  # type: ignore[index]
+        except ValueError:
+            return False
+        return have > want if op == "Gt" else have < want
+    return False
+
+
+def _is_gpu_label(key: Any, prefixes: list[str]) -> bool:
+    return isinstance(key, str) and any(key.startswith(p) for p in prefixes)
+
+
+def _selected(pod: PodView, nodes: list[Node], prefixes: list[str]) -> tuple[list[Node], str]:
+    """Nodes whose GPU labels satisfy the pod's nodeSelector and required affinity.
+
+    Only GPU labels are judged: the facts may not hold every zone or pool label, and a false
+    "never schedules" is worse than a missed one. Returns the nodes and the selector as text.
+    """
+    selector = (
+        pod.spec.get("nodeSelector") if isinstance(pod.spec.get("nodeSelector"), dict) else {}
+    )
+    wanted = {k: v for k, v in selector.items() if _is_gpu_label(k, prefixes)}
+    gpu_terms = [
+        [e for e in t if _is_gpu_label(e.get("key"), prefixes)] for t in required_terms(pod)
+    ]
+    # Terms are ORed: one with no GPU expression may match any node as far as we can tell.
+    terms = gpu_terms if gpu_terms and all(gpu_terms) else []
+    parts = [f"{k}={v}" for k, v in wanted.items()]
+    for t in terms:
+        parts.append(
+            " and ".join(
+                f"{e.get('key')} {e.get('operator')} {e.get('values') or ''}".strip() for e in t
+            )
+        )
+    chosen = [
+        n
+        for n in nodes
+        if all(n.labels.get(k) == v for k, v in wanted.items())
+        and (not terms or any(all(_expr_matches(e, n.labels) for e in t) for t in terms))
+    ]
+    return chosen, "; ".join(parts)
+
+
+def _values(nodes: list[Node], key: str) -> str:
+    found = sorted({n.labels[key] for n in nodes if key in n.labels})
+    return ", ".join(found) if found else "none"
+
+
+def gpu_schedulable(pod: PodView, ctx: Context) -> Iterator[Finding]:
+    cfg = ctx.settings.gpu_schedulable
+    ask = pod_gpus(pod)
+    field = f"{pod.field_path}.containers"
+    for name, amount in ask.items():
+        if amount > 1 and any(fnmatch.fnmatchcase(name, p) for p in cfg.single_device_resources):
+            yield Finding(
+                rule=RULE,
+                summary=f"{RULE}: pod asks {show(amount)} {name}; the device plugin grants 1",
+                fix=f"ask for 1 {name} (shared GPUs are handed out one slice per pod)",
+                field=field,
+            )
+    facts, reason = trusted_facts(ctx)
+    if facts is None:
+        if ask:
+            yield unknown_facts(RULE, cfg.when_unknown, reason, field)
+        return
+    if not ask:
+        return
+    nodes = list(facts.nodes.pools(ctx.rules.gpu_label_prefixes))
+    for name in ask:
+        if not any(n.gpus.get(name, 0) > 0 for n in nodes):
+            offered = sorted({r for n in nodes for r, v in n.gpus.items() if v > 0})
+            yield Finding(
+                rule=RULE,
+                summary=f"{RULE}: no node offers {name}",
+                fix=(
+                    f"ask for a resource the cluster has: {', '.join(offered) or 'none'}"
+                    + (" (MIG profiles differ per GPU pool)" if "mig-" in name else "")
+                ),
+                field=field,
+            )
+            return
+    chosen, selector = _selected(pod, nodes, cfg.gpu_label_prefixes)
+    if not chosen:
+        keys = sorted({s.split("=")[0].split(" ")[0] for s in selector.split("; ") if s})
+        have = "; ".join(f"{k}: {_values(nodes, k)}" for k in keys)
+        yield Finding(
+            rule=RULE,
+            summary=f"{RULE}: no node matches {selector}",
+            fix=f"select labels that exist. Nodes have {have}",
+            field=f"{pod.field_path}.nodeSelector",
+        )
+        return
+    for name, amount in ask.items():
+        best = max((n.gpus.get(name, Fraction(0)) for n in chosen), default=Fraction(0))
+        if amount > best:
+            where = f" among nodes matching {selector}" if selector else ""
+            yield Finding(
+                rule=RULE,
+                summary=(
+                    f"{RULE}: pod asks {show(amount)} {name}; the largest node{where} "
+                    f"has {show(best)}"
+                ),
+                fix=(
+                    f"ask for at most {show(best)} {name} per pod and spread the work over "
+                    "more pods (e.g. a multi-node job)"
+                ),
+                field=field,
+            )

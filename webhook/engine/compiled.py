@@ -1,0 +1,141 @@
+"""A rule set made ready to serve: resolved per namespace shape once, patterns compiled.
+
+Loading a rule set (at start-up or on a hot reload) compiles it: exemptions and override
+namespace tests become compiled matchers, and the settings in force for each *shape* (the set
+of overrides that apply to a namespace) are merged once, with their enabled mutations, active
+validations and compiled patterns listed. A request then costs a dictionary lookup, however
+many namespaces share a shape. Compiled objects are never edited after they are built, apart
+from their bounded lookup tables.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Mapping
+from fractions import Fraction
+
+from webhook.engine.checks import MUTATIONS, VALIDATIONS, Mutation, Validation
+from webhook.engine.decision import Mode
+from webhook.engine.prefilter import markers, might_apply
+from webhook.ruleset.models import QuotaBudget, RuleSet, RuleSettings, TolerationSpec
+from webhook.ruleset.resolve import applicable, matchers, merge
+from webhook.selectors import NamePatterns
+
+__all__ = ["CompiledRuleSet", "CompiledRules", "compile_rules"]
+
+# Lookup tables are bounded against made-up namespace, label and resource names.
+_TABLE_LIMIT = 4096
+
+
+def _mode(settings: RuleSettings, rule: str) -> Mode:
+    return Mode(getattr(settings, rule.replace("-", "_")).mode)
+
+
+def _mutation_on(settings: RuleSettings, mutation: Mutation) -> bool:
+    cfg = getattr(settings, mutation.rule.replace("-", "_"))
+    return bool(cfg.fix if mutation.rule == "gpu-requests-limits" else cfg.mutate)
+
+
+class CompiledRules:
+    """The rules in force for one namespace shape: settings, checks to run, compiled patterns."""
+
+    def __init__(self, ruleset: RuleSet) -> None:
+        self.ruleset = ruleset  # overrides already merged in
+        self.settings: RuleSettings = ruleset.rules
+        ceiling = Mode(ruleset.mode)
+        self.ceiling = ceiling
+        # Shadow mode (`audit`) and `off` change nothing, mutations included.
+        mutating = ceiling in (Mode.ENFORCE, Mode.WARN)
+        self.mutations: tuple[Mutation, ...] = tuple(
+            m for m in MUTATIONS if mutating and _mutation_on(self.settings, m)
+        )
+        modes = {v.rule: _mode(self.settings, v.rule).under(ceiling) for v in VALIDATIONS}
+        self.modes: Mapping[str, Mode] = modes
+        active = tuple((v, modes[v.rule]) for v in VALIDATIONS if modes[v.rule] is not Mode.OFF)
+        self.validations: tuple[tuple[Validation, Mode], ...] = active
+        self.offline_validations = tuple((v, m) for v, m in active if not v.needs_cluster)
+        # For reports: rules that judge every object, and those among them needing facts.
+        self.active_rules = tuple(v.rule for v, _ in active)
+        self.cluster_rules = tuple(v.rule for v, _ in active if v.needs_cluster)
+        self._gpu = ruleset.gpu_names()
+        self._gpu_seen: dict[str, bool] = {}
+        self.tolerations: tuple[tuple[TolerationSpec, re.Pattern[str]], ...] = tuple(
+            (spec, re.compile("|".join(fnmatch.translate(p) for p in spec.resources)))
+            for spec in self.settings.gpu_tolerations.tolerations
+        )
+        self.taint_keys = frozenset(spec.key for spec in self.settings.gpu_tolerations.tolerations)
+        self.shm_sizes: tuple[Fraction, int, int, int] = self.settings.gpu_shm.sizes()
+        self.budgets: tuple[tuple[QuotaBudget, NamePatterns | None], ...] = tuple(
+            (b, NamePatterns(b.namespaces) if b.namespaces else None)
+            for b in self.settings.gpu_quota.budgets
+        )
+        self.gpu_label_prefixes = tuple(self.settings.gpu_schedulable.gpu_label_prefixes)
+        self.max_staleness_seconds = ruleset.cluster.max_staleness_seconds
+
+    def is_gpu(self, name: str) -> bool:
+        """Whether a resource name counts as a GPU; remembered per name (a cluster uses a
+        handful of resource names on every request)."""
+        known = self._gpu_seen.get(name)
+        if known is None:
+            if len(self._gpu_seen) >= _TABLE_LIMIT:
+                self._gpu_seen.clear()
+            known = self._gpu_seen[name] = self._gpu.matches(name)
+        return known
+
+    def mode(self, rule: str) -> Mode:
+        """A validation's mode under the global ceiling (OFF for unknown ids)."""
+        return self.modes.get(rule, Mode.OFF)
+
+
+class CompiledRuleSet:
+    """A whole loaded rule set: exemptions, and the compiled rules for each namespace shape."""
+
+    def __init__(self, ruleset: RuleSet) -> None:
+        self.source = ruleset
+        ex = ruleset.exemptions
+        self.exempt_namespaces = NamePatterns(ex.namespaces)
+        self.exempt_namespace_selector = ex.namespace_selector
+        self.exempt_pods = ex.pod_selector
+        self.exempt_accounts = NamePatterns(ex.service_accounts) if ex.service_accounts else None
+        self._matchers = matchers(ruleset)
+        self.base = CompiledRules(merge(ruleset, ()).rules if ruleset.overrides else ruleset)
+        self._by_shape: dict[tuple[int, ...], CompiledRules] = {(): self.base}
+        self._shape_of: dict[tuple[str, tuple[tuple[str, str], ...] | None], tuple[int, ...]] = {}
+        self.markers = markers(ruleset)
+
+    def might_apply(self, raw: bytes) -> bool:
+        """False when the raw object bytes show that no rule can apply (the fast path)."""
+        return might_apply(raw, self.markers)
+
+    def exempt_namespace(self, namespace: str, labels: Mapping[str, str] | None) -> bool:
+        if self.exempt_namespaces.matches(namespace):
+            return True
+        selector = self.exempt_namespace_selector
+        return selector is not None and labels is not None and selector.matches(labels)
+
+    def exempt_account(self, namespace: str, account: str) -> bool:
+        return self.exempt_accounts is not None and self.exempt_accounts.matches(
+            f"{namespace}/{account}"
+        )
+
+    def for_namespace(self, namespace: str, labels: Mapping[str, str] | None) -> CompiledRules:
+        """The compiled rules in force in `namespace` with these labels (None: unknown)."""
+        if not self._matchers:
+            return self.base
+        key = (namespace, tuple(sorted(labels.items())) if labels is not None else None)
+        shape = self._shape_of.get(key)
+        if shape is None:
+            if len(self._shape_of) >= _TABLE_LIMIT:
+                self._shape_of.clear()
+            shape = self._shape_of[key] = applicable(self.source, self._matchers, namespace, labels)
+        rules = self._by_shape.get(shape)
+        if rules is None:
+            if len(self._by_shape) >= _TABLE_LIMIT:
+                self._by_shape = {(): self.base}
+            rules = self._by_shape[shape] = CompiledRules(merge(self.source, shape).rules)
+        return rules
+
+
+def compile_rules(ruleset: RuleSet) -> CompiledRuleSet:
+    return CompiledRuleSet(ruleset)

@@ -1,0 +1,162 @@
+"""The rule engine: one subject, the compiled rules and the facts in; one `Decision` out.
+
+No I/O, no clock. The webhook, the manifest audit, the live audit and the rules tests all call
+`evaluate`; only how they obtain the subject and what they do with the decision differ.
+Inside, the order is fixed: scope (exemptions, overrides, which pod specs changed), then the
+mutations on a working copy diffed into a patch, then the validations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from enum import Enum
+from typing import Any
+
+from webhook.engine.accounting import pod_gpus, pod_product
+from webhook.engine.compiled import CompiledRules, CompiledRuleSet
+from webhook.engine.context import Context
+from webhook.engine.decision import Decision, Mode, combine, unreadable
+from webhook.engine.findings import Finding
+from webhook.engine.patch import clone, diff, working_copy
+from webhook.engine.podviews import PodView, UnreadableObject, pod_views
+from webhook.engine.subject import Subject
+from webhook.facts.model import Facts, PodGpus
+
+__all__ = ["Stage", "evaluate"]
+
+
+class Stage(Enum):
+    """How much of admission to run: what `/mutate`, `/validate` and an audit each need."""
+
+    MUTATE = "mutate"  # the patch only
+    VALIDATE = "validate"  # the verdict on the object as given, and the hold
+    ADMIT = "admit"  # both, as the apiserver chains them: the verdict on the patched object
+
+
+def evaluate(
+    subject: Subject,
+    rules: CompiledRuleSet,
+    facts: Facts | None = None,
+    *,
+    stage: Stage = Stage.ADMIT,
+) -> Decision:
+    """The decision about `subject`; an object with impossible field types is refused."""
+    if subject.namespace_labels is None and facts is not None:
+        subject = dataclasses.replace(subject, namespace_labels=facts.namespace_labels)
+    try:
+        return _evaluate(subject, rules, facts, stage)
+    except UnreadableObject as exc:
+        return unreadable(subject.kind, exc.path, exc.problem)
+
+
+def _evaluate(
+    subject: Subject, rules: CompiledRuleSet, facts: Facts | None, stage: Stage
+) -> Decision:
+    compiled, views = _scope(subject, rules)
+    ctx = Context(compiled, subject.namespace, subject.kind, subject.operation, facts)
+    patch: list[dict[str, Any]] = []
+    mutated_by: list[str] = []
+    if stage is not Stage.VALIDATE:
+        _mutate(views, ctx, patch, mutated_by)
+        if stage is Stage.MUTATE:
+            return combine((), patch=patch, mutated_by=mutated_by)
+    obj = subject.obj
+    if patch:
+        import jsonpatch  # only audits get here; the webhook never applies its own patches
+
+        # A JSON-only clone is several times cheaper than the deepcopy apply_patch would make.
+        obj = jsonpatch.JsonPatch(patch).apply(clone(obj), in_place=True)
+        subject = dataclasses.replace(subject, obj=obj)
+        compiled, views = _scope(subject, rules)
+    findings = _validate(views, ctx, facts is not None)
+    return combine(
+        findings,
+        patch=patch,
+        mutated_by=mutated_by,
+        hold=_hold(subject, views),
+        mutated=obj if stage is Stage.ADMIT else None,
+    )
+
+
+def _exempt_pod(view: PodView, namespace: str, rules: CompiledRuleSet) -> bool:
+    if rules.exempt_pods is not None and rules.exempt_pods.matches(view.labels):
+        return True
+    account = view.spec.get("serviceAccountName") or "default"
+    return rules.exempt_account(namespace, account)
+
+
+def _scope(subject: Subject, rules: CompiledRuleSet) -> tuple[CompiledRules, list[PodView]]:
+    """The rules in force for the subject's namespace, and the pod specs they apply to.
+
+    Pods: CREATE only (a pod's spec is immutable, and a patch on UPDATE would break an innocent
+    label change). Controllers: CREATE, and UPDATE only for templates that changed, so an old
+    non-compliant Deployment can still be scaled or relabelled.
+    """
+    if rules.exempt_namespace(subject.namespace, subject.namespace_labels):
+        return rules.base, []
+    compiled = rules.for_namespace(subject.namespace, subject.namespace_labels)
+    if subject.operation not in ("CREATE", "UPDATE"):
+        return compiled, []
+    if subject.operation == "UPDATE" and subject.kind == "Pod":
+        return compiled, []
+    views = pod_views(subject.obj, group=subject.group, kind=subject.kind, is_gpu=compiled.is_gpu)
+    if subject.operation == "UPDATE" and views and subject.old_obj is not None:
+        old_specs = {v.pointer: v.spec for v in _old_views(subject, compiled)}
+        views = [v for v in views if old_specs.get(v.pointer) != v.spec]
+    return compiled, [v for v in views if not _exempt_pod(v, subject.namespace, rules)]
+
+
+def _old_views(subject: Subject, compiled: CompiledRules) -> list[PodView]:
+    try:
+        return pod_views(
+            subject.old_obj, group=subject.group, kind=subject.kind, is_gpu=compiled.is_gpu
+        )
+    except UnreadableObject:
+        return []  # an unreadable old object: treat every template as changed
+
+
+def _mutate(
+    views: list[PodView], ctx: Context, patch: list[dict[str, Any]], mutated_by: list[str]
+) -> None:
+    """Each GPU pod spec: copy, let every enabled mutation edit the copy, diff it into `patch`."""
+    mutations = ctx.rules.mutations
+    if not mutations:
+        return
+    for view in views:
+        if not view.asks_gpu:
+            continue
+        work = working_copy(view.spec, (c.slot for c in view.containers))
+        for mutation in mutations:
+            if mutation.apply(work, view, ctx) and mutation.rule not in mutated_by:
+                mutated_by.append(mutation.rule)
+        patch.extend(diff(view.spec, work, view.pointer))
+
+
+def _validate(views: list[PodView], ctx: Context, with_facts: bool) -> list[tuple[Finding, Mode]]:
+    """Every finding of every validation not switched off, with its rule's mode.
+
+    Without facts the cluster-aware rules do not run at all (an audit lists them as not
+    checked); with stale facts each rule's whenUnknown decides.
+    """
+    active = ctx.rules.validations if with_facts else ctx.rules.offline_validations
+    out: list[tuple[Finding, Mode]] = []
+    for view in views:
+        gpu = view.asks_gpu
+        for validation, mode in active:
+            if validation.gpu_only and not gpu:
+                continue
+            out.extend((f, mode) for f in validation.check(view, ctx))
+    return out
+
+
+def _hold(subject: Subject, views: list[PodView]) -> PodGpus | None:
+    """What an admitted pod holds until the watch sees it: pod CREATEs with GPUs only.
+
+    Controllers are judged again when their pods are created, so they hold nothing.
+    """
+    if subject.kind != "Pod" or subject.group != "" or subject.operation != "CREATE" or not views:
+        return None
+    gpus = pod_gpus(views[0])
+    if not gpus:
+        return None
+    return PodGpus(subject.namespace, subject.name, "Pending", gpus, product=pod_product(views[0]))

@@ -1,0 +1,68 @@
+"""The fast path: decide from the raw JSON bytes that no rule could apply, without parsing.
+
+Most pods ask for no GPU. Every rule that can fire on such a pod needs a tell-tale string in
+the object: a GPU resource name (for the GPU rules), a GPU taint key (a toleration of it),
+`NVIDIA_VISIBLE_DEVICES`, or `hostPath`. If none of them occurs in the bytes, the answer is
+"allowed, no patch" and the object is never decoded. A marker that occurs somewhere else (an
+annotation, an argument) only costs the full path. JSON escapes (`\\/`, `\\u`) could hide a
+marker, so bytes containing them always take the full path.
+
+An object too malformed to read whose bytes hold no marker is allowed here: it cannot ask for
+a GPU, and the apiserver's schema validation, which runs after the mutating webhooks, refuses
+it anyway.
+"""
+
+from __future__ import annotations
+
+import re
+
+from webhook.ruleset.models import RuleSet
+
+__all__ = ["markers", "might_apply"]
+
+_ALWAYS = (b"NVIDIA_VISIBLE_DEVICES", b"hostPath")
+_ESCAPES = (b"\\/", b"\\u")  # as they appear in the JSON bytes: backslash-slash, backslash-u
+
+
+def _literal(pattern: str) -> str:
+    """The longest run of literal characters in a shell-style pattern."""
+    return max(re.split(r"[*?\[\]]", pattern), key=len)
+
+
+def _domain(name: str) -> str:
+    head, slash, _ = name.partition("/")
+    return head + slash if slash and len(head) >= 3 else name
+
+
+def markers(rules: RuleSet) -> tuple[bytes, ...] | None:
+    """Byte strings of which at least one occurs in any object a rule could apply to; None when
+    the rule set has a pattern too loose to give one (then every object takes the full path)."""
+    found: set[bytes] = set(_ALWAYS)
+    literals = [_literal(p) for p in rules.gpu_resources]
+    taint_keys = {t.key for t in rules.rules.gpu_tolerations.tolerations}
+    for override in rules.overrides:  # an override may name other taint keys
+        for t in override.rules.get("gpu-tolerations", {}).get("tolerations", []):
+            if isinstance(t, dict) and isinstance(t.get("key"), str):
+                taint_keys.add(t["key"])
+    if any(len(lit) < 3 for lit in literals):
+        return None
+    # A domain ("nvidia.com/") stands for every name under it: fewer scans, and a marker that
+    # matches more than needed only sends that object down the full path.
+    found.update(_domain(lit).encode() for lit in literals)
+    found.update(_domain(k).encode() for k in taint_keys)
+    # A marker that contains another is redundant: "nvidia.com/gpumem" has "nvidia.com/gpu".
+    return tuple(sorted(m for m in found if not any(o != m and o in m for o in found)))
+
+
+def might_apply(raw: bytes, found: tuple[bytes, ...] | None) -> bool:
+    """False only when no rule can have anything to say about this object; `found` is what
+    `markers` gave for the rule set (the compiled rule set keeps it).
+
+    A few substring scans (C speed, ~1 µs each for a typical pod) beat one regex alternation
+    (~20 µs); escapes are only looked for when there is a backslash at all (one memchr).
+    """
+    if found is None:
+        return True
+    if b"\\" in raw and (_ESCAPES[0] in raw or _ESCAPES[1] in raw):
+        return True
+    return any(marker in raw for marker in found)

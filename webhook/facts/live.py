@@ -1,0 +1,491 @@
+"""The webhook's live cluster facts: list+watch through the `kubernetes` client, kept compact.
+
+One thread per resource kind runs the informer loop the API server expects: a paged list
+(`limit`/`continue`) gives a resourceVersion; a watch from there (with bookmarks) applies
+events; a watch that ends is resumed from the last resourceVersion seen; `410 Gone` means the
+history is compacted, so the kind is listed again; any other failure backs off exponentially
+and relists. Pods are reduced to `PodGpus` as they arrive (non-GPU pods are not kept), and
+per-namespace usage is updated incrementally, so reads are dict lookups at any cluster size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import orjson
+
+from webhook.facts.model import (
+    EMPTY_USAGE,
+    GPU_PRODUCT_LABEL,
+    TERMINATED,
+    Facts,
+    Node,
+    NodeIndex,
+    PodGpus,
+    PriorityClass,
+    Quota,
+    Usage,
+)
+from webhook.facts.reservations import Reservations
+from webhook.quantity import QuantityError, parse_quantity
+
+__all__ = ["KINDS", "LiveCache", "pages", "pod_summary"]
+
+log = logging.getLogger("gpu-admission.cache")
+
+
+def _extended(amounts: Any) -> dict[str, Fraction]:
+    """Extended resources only (nvidia.com/gpu, rdma/...): cpu and memory are not ours."""
+    out: dict[str, Fraction] = {}
+    if not isinstance(amounts, dict):
+        return out
+    for name, value in amounts.items():
+        if "/" not in name or name.startswith(("hugepages-", "requests.", "limits.")):
+            continue
+        try:
+            amount = parse_quantity(value)
+        except QuantityError:
+            continue
+        if amount > 0:
+            out[name] = amount
+    return out
+
+
+def pod_summary(pod: dict[str, Any], node_product: Callable[[str], str]) -> PodGpus | None:
+    """A pod as the quota rules need it, or None when it holds no extended resources."""
+    spec = pod.get("spec") or {}
+    total: dict[str, Fraction] = defaultdict(Fraction)
+    peak: dict[str, Fraction] = defaultdict(Fraction)
+    for key, into_peak in (("containers", False), ("initContainers", True)):
+        for c in spec.get(key) or []:
+            res = c.get("resources") or {}
+            asks = {**_extended(res.get("limits")), **_extended(res.get("requests"))}
+            for name, amount in asks.items():
+                if into_peak:
+                    peak[name] = max(peak[name], amount)
+                else:
+                    total[name] += amount
+    gpus = {n: max(total.get(n, Fraction(0)), peak.get(n, Fraction(0))) for n in {*total, *peak}}
+    if not gpus:
+        return None
+    meta = pod.get("metadata") or {}
+    node = spec.get("nodeName") or ""
+    selector = spec.get("nodeSelector") or {}
+    product = (node_product(node) if node else "") or str(selector.get(GPU_PRODUCT_LABEL, ""))
+    return PodGpus(
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        phase=(pod.get("status") or {}).get("phase", "Pending"),
+        gpus=gpus,
+        node=node,
+        product=product,
+        priority_class=spec.get("priorityClassName") or "",
+    )
+
+
+@dataclass(frozen=True)
+class Kind:
+    """How to list and watch one resource kind with the kubernetes client."""
+
+    name: str
+    api: str  # "core" or "scheduling"
+    method: str  # list function on that API class
+
+
+KINDS = (
+    Kind("namespaces", "core", "list_namespace"),
+    Kind("nodes", "core", "list_node"),
+    Kind("resourcequotas", "core", "list_resource_quota_for_all_namespaces"),
+    Kind("priorityclasses", "scheduling", "list_priority_class"),
+    Kind("pods", "core", "list_pod_for_all_namespaces"),
+)
+
+
+class Gone(Exception):
+    """The watch's resourceVersion is older than the server keeps: relist."""
+
+
+class LiveCache:
+    """Implements `ClusterFacts` from list+watch. Reads never block on the network."""
+
+    def __init__(
+        self,
+        api_client: Any,
+        *,
+        reservations: Reservations | None = None,
+        page_size: int = 500,
+        watch_timeout: int = 60,
+        max_backoff: float = 30.0,
+        on_relist: Callable[[str], None] | None = None,
+    ) -> None:
+        self.api_client = api_client
+        self.reservations = reservations
+        self.page_size = page_size
+        self.watch_timeout = watch_timeout
+        self.max_backoff = max_backoff
+        self._namespaces: dict[str, dict[str, str]] = {}
+        self._nodes: dict[str, Node] = {}
+        self._node_index = NodeIndex()  # rebuilt when a node changes, shared between reads
+        self._quotas: dict[str, dict[str, Quota]] = defaultdict(dict)  # namespace -> name -> quota
+        self._classes: dict[str, PriorityClass] = {}
+        self._pods: dict[tuple[str, str], PodGpus] = {}
+        self._usage: dict[str, Usage] = defaultdict(Usage)
+        self._lock = threading.Lock()  # writers only; readers take references to whole values
+        self._contact: dict[str, float] = {}  # kind -> monotonic time of last sign of life
+        self._synced: set[str] = set()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._responses: dict[str, Any] = {}
+        self.relists: dict[str, int] = defaultdict(int)
+        # Called after each relist with the kind's name (the server freezes the GC's view of
+        # long-lived summaries then); runs on the watch thread.
+        self.on_relist = on_relist
+
+    # ---- FactsSource -----------------------------------------------------------------
+    # Writers replace values (a namespace's usage, the class map, the node index) rather than
+    # edit them, so the `Facts` a request takes stays consistent while the watch goes on.
+
+    def facts_for(self, namespace: str) -> Facts:
+        return Facts(
+            namespace=namespace,
+            namespace_labels=self._namespaces.get(namespace),
+            quotas=tuple(self._quotas.get(namespace, {}).values()),
+            usage=self._usage.get(namespace, EMPTY_USAGE),
+            priority_classes=self._classes,
+            nodes=self._node_index,
+            age_seconds=self.age_seconds(),
+        )
+
+    def age_seconds(self) -> float | None:
+        """Seconds since the stalest kind last heard from the API server; inf before sync."""
+        if len(self._synced) < len(KINDS):
+            return float("inf")
+        now = time.monotonic()
+        return max(now - self._contact.get(k.name, 0.0) for k in KINDS)
+
+    @property
+    def synced(self) -> bool:
+        return len(self._synced) == len(KINDS)
+
+    @property
+    def pod_count(self) -> int:
+        return len(self._pods)
+
+    # ---- lifecycle --------------------------------------------------------------------
+
+    def start(self) -> None:
+        for kind in KINDS:
+            t = threading.Thread(target=self._run, args=(kind,), name=f"watch-{kind.name}")
+            t.daemon = True
+            t.start()
+            self._threads.append(t)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        for resp in list(self._responses.values()):
+            with contextlib.suppress(Exception):  # best effort: wakes a blocked watch read
+                resp.close()
+        for t in self._threads:
+            t.join(timeout)
+
+    def list_once(self) -> None:
+        """One paged list of every kind and no watch: a consistent-enough one-shot snapshot."""
+        for kind in KINDS:
+            self._list(kind)
+
+    def wait_synced(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not self.synced and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return self.synced
+
+    # ---- the informer loop ------------------------------------------------------------
+
+    def _list_fn(self, kind: Kind) -> Callable[..., Any]:
+        from kubernetes import client
+
+        api = client.CoreV1Api if kind.api == "core" else client.SchedulingV1Api
+        return getattr(api(self.api_client), kind.method)  # type: ignore[no-any-return]
+
+    def _run(self, kind: Kind) -> None:
+        if kind.name == "pods":
+            # A pod's GPU product comes from its node's labels: have the nodes first.
+            while "nodes" not in self._synced and not self._stop.wait(0.05):
+                pass
+        backoff = 0.2
+        while not self._stop.is_set():
+            try:
+                version = self._list(kind)
+                backoff = 0.2
+                while not self._stop.is_set():
+                    version = self._watch(kind, version)
+            except Gone:
+                log.info("%s: resourceVersion expired (410 Gone); listing again", kind.name)
+                continue
+            except Exception as exc:
+                if self._stop.is_set():
+                    return
+                log.warning("%s: %s; retrying in %.1fs", kind.name, _describe(exc), backoff)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, self.max_backoff)
+
+    def _list(self, kind: Kind) -> str:
+        """Paged list into fresh structures, swapped in whole when the last page arrives.
+
+        Pods are reduced to summaries page by page, so memory holds one page of objects, not
+        the cluster; readers keep seeing the previous state until the swap, never a half-list;
+        and whatever was deleted while the watch was down is gone afterwards.
+        """
+        fresh = _Fresh(self._node_product)
+        count, version = 0, ""
+        for items, meta in pages(self._list_fn(kind), self.page_size):
+            for obj in items:
+                fresh.add(kind.name, obj)
+                count += 1
+            version = str(meta.get("resourceVersion", ""))
+        self._swap(kind.name, fresh)
+        if self.on_relist is not None:
+            self.on_relist(kind.name)
+        self.relists[kind.name] += 1
+        self._contact[kind.name] = time.monotonic()
+        self._synced.add(kind.name)
+        log.info("%s: listed %d at resourceVersion %s", kind.name, count, version)
+        return version
+
+    def _watch(self, kind: Kind, version: str) -> str:
+        """One watch request; returns the resourceVersion to resume from when it ends."""
+        fn = self._list_fn(kind)
+        resp = fn(
+            watch=True,
+            resource_version=version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=self.watch_timeout,
+            _preload_content=False,
+        )
+        self._responses[kind.name] = resp
+        self._contact[kind.name] = time.monotonic()
+        try:
+            for line in _lines_until_cut(resp, kind.name):
+                event = orjson.loads(line)
+                kind_of, obj = event.get("type"), event.get("object") or {}
+                if kind_of == "ERROR":
+                    if obj.get("code") == 410:
+                        raise Gone()
+                    raise RuntimeError(f"watch error {obj.get('code')}: {obj.get('message')}")
+                version = str((obj.get("metadata") or {}).get("resourceVersion", version))
+                self._contact[kind.name] = time.monotonic()
+                if kind_of != "BOOKMARK":
+                    self._apply(kind.name, kind_of, obj)
+        finally:
+            self._responses.pop(kind.name, None)
+            resp.release_conn()
+        return version
+
+    # ---- applying objects -------------------------------------------------------------
+
+    def _swap(self, kind: str, fresh: _Fresh) -> None:
+        with self._lock:
+            if kind == "pods":
+                self._pods, self._usage = fresh.pods, fresh.usage
+            elif kind == "namespaces":
+                self._namespaces = fresh.namespaces
+            elif kind == "nodes":
+                self._nodes = fresh.nodes
+                self._node_index = NodeIndex(fresh.nodes.values())
+            elif kind == "resourcequotas":
+                self._quotas = fresh.quotas
+            elif kind == "priorityclasses":
+                self._classes = fresh.classes
+
+    def _node_product(self, name: str) -> str:
+        node = self._nodes.get(name)
+        return node.labels.get(GPU_PRODUCT_LABEL, "") if node else ""
+
+    def _apply(self, kind: str, event: str, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        name, ns = meta.get("name", ""), meta.get("namespace", "")
+        deleted = event == "DELETED"
+        with self._lock:
+            if kind == "pods":
+                self._apply_pod((ns, name), None if deleted else obj)
+            elif kind == "namespaces":
+                if deleted:
+                    self._namespaces.pop(name, None)
+                else:
+                    self._namespaces[name] = dict(meta.get("labels") or {})
+            elif kind == "nodes":
+                node = None if deleted else _node(obj)
+                if self._nodes.get(name) == node:
+                    return  # a status heartbeat: nothing the rules read has changed
+                if node is None:
+                    self._nodes.pop(name, None)
+                else:
+                    self._nodes[name] = node
+                self._node_index = NodeIndex(self._nodes.values())
+            elif kind == "resourcequotas":
+                quotas = dict(self._quotas.get(ns, {}))
+                if deleted:
+                    quotas.pop(name, None)
+                else:
+                    quotas[name] = _quota(obj)
+                self._quotas[ns] = quotas
+            elif kind == "priorityclasses":
+                classes = dict(self._classes)
+                if deleted:
+                    classes.pop(name, None)
+                else:
+                    classes[name] = _priority_class(obj)
+                self._classes = classes
+
+    def _apply_pod(self, key: tuple[str, str], obj: dict[str, Any] | None) -> None:
+        old = self._pods.pop(key, None)
+        if old is not None and old.phase not in TERMINATED:
+            self._count(old, -1)
+        new = pod_summary(obj, self._node_product) if obj is not None else None
+        if new is None:
+            return
+        self._pods[key] = new
+        if new.phase not in TERMINATED:
+            self._count(new, 1)
+        if old is None and self.reservations is not None:
+            self.reservations.release_for(new)
+
+    def _count(self, pod: PodGpus, sign: int) -> None:
+        """A new usage total for the pod's namespace; readers may hold the old one."""
+        self._usage[pod.namespace] = self._usage.get(pod.namespace, EMPTY_USAGE).plus([pod], sign)
+
+
+def pages(
+    fn: Callable[..., Any], page_size: int, **kwargs: Any
+) -> Iterator[tuple[list[dict[str, Any]], dict[str, Any]]]:
+    """(items, list metadata) of each page of a paged list (`limit` + `continue`).
+
+    Raw JSON through orjson, not the client's models: a page of 500 pods deserialised into
+    V1Pod objects costs seconds. The last page's metadata holds the list's resourceVersion.
+    """
+    token: str | None = None
+    while True:
+        args: dict[str, Any] = {"limit": page_size, "_preload_content": False, **kwargs}
+        if token:
+            args["_continue"] = token
+        resp = fn(**args)
+        try:
+            body = orjson.loads(resp.data)
+        finally:
+            resp.release_conn()
+        meta = body.get("metadata") or {}
+        yield body.get("items") or [], meta
+        token = meta.get("continue")
+        if not token:
+            return
+
+
+def _node(obj: dict[str, Any]) -> Node:
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    return Node(
+        meta.get("name", ""),
+        dict(meta.get("labels") or {}),
+        _extended(status.get("allocatable")),
+        bool(spec.get("unschedulable")),
+    )
+
+
+def _quota(obj: dict[str, Any]) -> Quota:
+    meta, status = obj.get("metadata") or {}, obj.get("status") or {}
+    hard = status.get("hard") or (obj.get("spec") or {}).get("hard") or {}
+    return Quota(
+        meta.get("namespace", ""),
+        meta.get("name", ""),
+        _quota_amounts(hard),
+        _quota_amounts(status.get("used")),
+    )
+
+
+def _priority_class(obj: dict[str, Any]) -> PriorityClass:
+    return PriorityClass(
+        (obj.get("metadata") or {}).get("name", ""),
+        int(obj.get("value") or 0),
+        obj.get("preemptionPolicy") or "PreemptLowerPriority",
+        bool(obj.get("globalDefault")),
+    )
+
+
+class _Fresh:
+    """A relist being built: the same shapes as the cache's, filled page by page."""
+
+    def __init__(self, node_product: Callable[[str], str]) -> None:
+        self.node_product = node_product
+        self.pods: dict[tuple[str, str], PodGpus] = {}
+        self.usage: dict[str, Usage] = defaultdict(Usage)
+        self.namespaces: dict[str, dict[str, str]] = {}
+        self.nodes: dict[str, Node] = {}
+        self.quotas: dict[str, dict[str, Quota]] = defaultdict(dict)
+        self.classes: dict[str, PriorityClass] = {}
+
+    def add(self, kind: str, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        name = meta.get("name", "")
+        if kind == "pods":
+            pod = pod_summary(obj, self.node_product)
+            if pod is not None:
+                self.pods[(pod.namespace, pod.name)] = pod
+                if pod.phase not in TERMINATED:
+                    self.usage[pod.namespace].add(pod)
+        elif kind == "namespaces":
+            self.namespaces[name] = dict(meta.get("labels") or {})
+        elif kind == "nodes":
+            self.nodes[name] = _node(obj)
+        elif kind == "resourcequotas":
+            quota = _quota(obj)
+            self.quotas[quota.namespace][quota.name] = quota
+        elif kind == "priorityclasses":
+            self.classes[name] = _priority_class(obj)
+
+
+def _quota_amounts(values: Any) -> dict[str, Fraction]:
+    out: dict[str, Fraction] = {}
+    for key, value in (values or {}).items():
+        if "/" not in key:  # only extended resources (requests.nvidia.com/gpu, ...)
+            continue
+        try:
+            out[key] = parse_quantity(value)
+        except QuantityError:
+            continue
+    return out
+
+
+def _lines_until_cut(resp: Any, kind: str) -> Iterator[bytes]:
+    """JSON lines of a watch stream, however the chunks split them.
+
+    A connection cut mid-stream just ends the lines: the caller resumes the watch from the
+    last resourceVersion it saw, as client-go's reflector does, without a relist.
+    """
+    import urllib3
+
+    buffer = b""
+    try:
+        for chunk in resp.stream(64 * 1024, decode_content=False):
+            buffer += chunk
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                if line.strip():
+                    yield line
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        log.info("%s: watch connection cut (%s); resuming", kind, type(exc).__name__)
+        time.sleep(0.05)  # a server that cuts every stream at once must not spin us
+        return
+    if buffer.strip():
+        yield buffer
+
+
+def _describe(exc: Exception) -> str:
+    status = getattr(exc, "status", None)
+    return f"HTTP {status}" if status else f"{type(exc).__name__}: {exc}"

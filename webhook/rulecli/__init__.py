@@ -1,0 +1,1 @@
+"""`gpu-admission rules`: check, test, explain and schema for platform teams editing rule files."""

@@ -1,0 +1,152 @@
+"""Platform teams' own test cases for their rule edits: an object in, the expected verdict out.
+
+A case file holds `cases:`; each case gives an object (or a whole AdmissionReview), optional
+namespace facts, and what must come out: allowed or not, which rules deny, warn or audit, and
+optionally the whole object after mutation. The engine evaluates exactly what the webhook would.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+from webhook.engine.compiled import CompiledRuleSet
+from webhook.engine.pipeline import evaluate
+from webhook.engine.subject import Subject, subject_for
+
+__all__ = ["CaseResult", "load_cases", "run_case"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel)
+
+
+class Expect(_Model):
+    allowed: bool | None = None
+    denied: list[str] | None = None  # rule ids in enforce mode that fire
+    warned: list[str] | None = None
+    audited: list[str] | None = None
+    patched: bool | None = None  # whether any patch is expected at all
+    object: dict[str, Any] | None = None  # the whole object after the patch
+
+
+class Case(_Model):
+    name: str = Field(min_length=1)
+    namespace: str = "default"
+    namespace_labels: dict[str, str] | None = None
+    operation: Literal["CREATE", "UPDATE"] = "CREATE"
+    object: dict[str, Any] | None = None
+    old_object: dict[str, Any] | None = None
+    review: dict[str, Any] | None = None  # a whole AdmissionReview instead of object
+    expect: Expect
+
+    @model_validator(mode="after")
+    def _one_input(self) -> Case:
+        if (self.object is None) == (self.review is None):
+            raise ValueError("give exactly one of object or review")
+        return self
+
+    def subject(self) -> Subject:
+        if self.review is not None:
+            request = self.review.get("request") or {}
+            gvk = request.get("kind") or {}
+            return subject_for(
+                request.get("object"),
+                group=gvk.get("group", ""),
+                kind=gvk.get("kind", ""),
+                namespace=request.get("namespace") or self.namespace,
+                operation=request.get("operation", "CREATE"),
+                old_obj=request.get("oldObject"),
+                namespace_labels=self.namespace_labels,
+            )
+        return subject_for(
+            self.object or {},
+            namespace=self.namespace,
+            operation=self.operation,
+            old_obj=self.old_object,
+            namespace_labels=self.namespace_labels,
+        )
+
+
+class CaseFile(_Model):
+    cases: list[Case]
+
+
+@dataclass
+class CaseResult:
+    source: str
+    name: str
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+
+def load_cases(paths: list[Path]) -> tuple[list[tuple[str, Case]], list[str]]:
+    """Every case of every file; problems are reported, not raised, so one bad file can't hide
+    the results of the others."""
+    cases: list[tuple[str, Case]] = []
+    problems: list[str] = []
+    for path in paths:
+        try:
+            data = yaml.safe_load(path.read_text())
+            cases.extend((str(path), c) for c in CaseFile.model_validate(data).cases)
+        except (OSError, yaml.YAMLError) as exc:
+            problems.append(f"{path}: {exc}")
+        except ValidationError as exc:
+            for err in exc.errors(include_url=False):
+                where = ".".join(str(p) for p in err["loc"])
+                problems.append(f"{path}: {where}: {err['msg']}")
+    return cases, problems
+
+
+def _compare(label: str, expected: list[str] | None, actual: set[str]) -> list[str]:
+    if expected is None or set(expected) == actual:
+        return []
+    return [f"{label}: expected {sorted(expected)}, got {sorted(actual)}"]
+
+
+def _diff(expected: Any, actual: Any) -> str:
+    lines = difflib.unified_diff(
+        yaml.safe_dump(expected, sort_keys=True).splitlines(),
+        yaml.safe_dump(actual, sort_keys=True).splitlines(),
+        "expected",
+        "actual",
+        lineterm="",
+    )
+    return "\n".join("    " + line for line in lines)
+
+
+def run_case(source: str, case: Case, rules: CompiledRuleSet) -> CaseResult:
+    result = CaseResult(source, case.name)
+    outcome = evaluate(case.subject(), rules)
+    if outcome.unreadable is not None:
+        result.failures.append(
+            f"the object cannot be read: {outcome.unreadable.path}: {outcome.unreadable.problem}"
+        )
+        return result
+    exp = case.expect
+    rules_by_verdict = {
+        "denied": {f.rule for f in outcome.denials},
+        "warned": {f.rule for f in outcome.warnings},
+        "audited": {f.rule for f in outcome.audits},
+    }
+    if exp.allowed is not None and exp.allowed != outcome.allowed:
+        why = "; ".join(f.summary for f in outcome.denials) or "nothing denied it"
+        result.failures.append(f"allowed: expected {exp.allowed}, got {outcome.allowed} ({why})")
+    for label in ("denied", "warned", "audited"):
+        result.failures += _compare(label, getattr(exp, label), rules_by_verdict[label])
+    if exp.patched is not None and exp.patched != bool(outcome.patch):
+        result.failures.append(f"patched: expected {exp.patched}, got {bool(outcome.patch)}")
+    if exp.object is not None and exp.object != outcome.mutated:
+        result.failures.append(
+            "object after mutation differs:\n" + _diff(exp.object, outcome.mutated)
+        )
+    return result

@@ -1,0 +1,1 @@
+"""The rule set: pydantic models of what a rule file may say, and their resolution."""

@@ -1,0 +1,365 @@
+"""Rule-set models: the single source of truth for what a file in `rules/` may say.
+
+Every rule has its own model keyed by its rule id, so messages, audit annotations and rule
+files all use one name. Models are frozen: a loaded rule set is shared by concurrent requests
+and swapped whole, never edited in place.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from fractions import Fraction
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from webhook.quantity import QuantityError, parse_quantity
+from webhook.selectors import LabelSelector, NamePatterns, is_pattern
+
+__all__ = [
+    "RULE_IDS",
+    "Exemptions",
+    "ModeName",
+    "Override",
+    "RuleSet",
+    "RuleSettings",
+]
+
+# How a rule file spells a mode; the engine works with `engine.decision.Mode`.
+ModeName = Literal["enforce", "warn", "audit", "off"]
+
+
+class _Model(BaseModel):
+    """Strict: an unknown key in a rule file is a typo, and typos must not pass.
+
+    Only the camelCase spelling is accepted, so an override merges onto exactly one key.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel)
+
+
+def _quantity(value: str) -> str:
+    try:
+        parse_quantity(value)
+    except QuantityError as exc:
+        raise ValueError(str(exc)) from None
+    return value
+
+
+class ValidationRule(_Model):
+    mode: ModeName = "enforce"
+
+
+class WarnRule(_Model):
+    mode: ModeName = "warn"
+
+
+class RequestsLimitsRule(_Model):
+    """GPU requests must equal limits; the apiserver refuses anything else."""
+
+    mode: ModeName = "enforce"
+    # Copy a GPU that is only in requests into limits (the usual slip) instead of denying.
+    fix: bool = True
+
+
+class TolerationSpec(_Model):
+    """The taint toleration that pods asking for any of `resources` get."""
+
+    resources: list[str] = Field(min_length=1)
+    key: str = Field(min_length=1)
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+
+
+class TolerationsRule(_Model):
+    mutate: bool = True
+    tolerations: list[TolerationSpec] = Field(
+        default_factory=lambda: [
+            TolerationSpec(resources=["nvidia.com/*"], key="nvidia.com/gpu"),
+            TolerationSpec(resources=["amd.com/gpu"], key="amd.com/gpu"),
+        ]
+    )
+
+
+class ShmRule(_Model):
+    """Size of the memory-backed /dev/shm; NCCL and PyTorch data loaders need far over 64Mi."""
+
+    mutate: bool = True
+    volume_name: str = Field(default="dshm", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    memory_fraction: float = Field(default=0.5, gt=0, le=1)
+    min_size: str = "1Gi"
+    max_size: str = "16Gi"
+    # Used when the container sets no memory limit, so there is nothing to take a fraction of.
+    default_size: str = "8Gi"
+
+    _check_sizes = field_validator("min_size", "max_size", "default_size")(_quantity)
+
+    def sizes(self) -> tuple[Fraction, int, int, int]:
+        """(fraction, min, max, default bytes); the compiled rules keep the result."""
+        return (
+            Fraction(str(self.memory_fraction)),
+            int(parse_quantity(self.min_size)),
+            int(parse_quantity(self.max_size)),
+            int(parse_quantity(self.default_size)),
+        )
+
+    @model_validator(mode="after")
+    def _min_below_max(self) -> ShmRule:
+        if parse_quantity(self.min_size) > parse_quantity(self.max_size):
+            raise ValueError(f"minSize {self.min_size} is larger than maxSize {self.max_size}")
+        return self
+
+
+class ProbesRule(_Model):
+    """Model loading takes minutes; probes tuned for a web app kill GPU servers while loading."""
+
+    mutate: bool = True
+    # raise-delays: lift initialDelaySeconds; startup-probe: add a startupProbe instead.
+    strategy: Literal["raise-delays", "startup-probe"] = "raise-delays"
+    readiness_min_delay_seconds: int = Field(default=60, ge=0)
+    liveness_min_delay_seconds: int = Field(default=180, ge=0)
+    # startup-probe strategy: how long the container may take to start before it is killed.
+    startup_budget_seconds: int = Field(default=600, ge=10)
+    startup_period_seconds: int = Field(default=10, ge=1)
+
+
+class VisibleDevicesRule(_Model):
+    mode: ModeName = "enforce"
+    allowed_values: list[str] = Field(default_factory=lambda: ["void", "none", ""])
+
+
+class HostDevicesRule(_Model):
+    mode: ModeName = "enforce"
+    paths: list[str] = Field(default_factory=lambda: ["/dev", "/dev/nvidia*", "/dev/dri*"])
+
+
+WhenUnknown = Literal["allow", "deny"]
+
+
+class QuotaBudget(_Model):
+    """GPUs a set of namespaces may hold at once, per resource and optionally per product."""
+
+    name: str = Field(min_length=1)
+    namespaces: list[str] = Field(default_factory=list)
+    namespace_selector: LabelSelector | None = None
+    # resource name -> GPUs the namespace may hold in non-terminated pods
+    limits: dict[str, int] = Field(default_factory=dict)
+    # GPU product (nvidia.com/gpu.product value) -> resource -> GPUs
+    products: dict[str, dict[str, int]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _selects_something(self) -> QuotaBudget:
+        if not self.namespaces and self.namespace_selector is None:
+            raise ValueError("a budget needs namespaces or a namespaceSelector")
+        return self
+
+
+class QuotaRule(_Model):
+    """Namespace GPU budgets, and an early, clear word on what native ResourceQuota will refuse."""
+
+    mode: ModeName = "enforce"
+    budgets: list[QuotaBudget] = Field(default_factory=list)
+    native_quota: bool = True
+    # Deny GPU pods in namespaces with neither a budget here nor a GPU ResourceQuota.
+    require_quota: bool = False
+    # No cluster facts, or facts older than cluster.maxStalenessSeconds: allow with a warning,
+    # or deny.
+    when_unknown: WhenUnknown = "allow"
+
+
+class PriorityRule(_Model):
+    """GPU pods run at a priority the platform chose, never a system one."""
+
+    mode: ModeName = "enforce"
+    mutate: bool = True
+    # Injected into GPU pods that name no class ("" = no injection), with its priority value.
+    default_class: str = ""
+    # Classes GPU pods may name; empty = any class that exists (never system-* in user namespaces).
+    allowed_classes: list[str] = Field(default_factory=list)
+    when_unknown: WhenUnknown = "allow"
+
+
+class SchedulableRule(_Model):
+    """Pods that no node could ever run: refuse them at apply time, not after an hour Pending."""
+
+    mode: ModeName = "enforce"
+    # Node-label prefixes that describe GPUs; selectors on other labels are not judged.
+    gpu_label_prefixes: list[str] = Field(
+        default_factory=lambda: [
+            "nvidia.com/",
+            "amd.com/",
+            "gpu.intel.com/",
+            "cloud.google.com/gke-accelerator",
+            "k8s.amazonaws.com/accelerator",
+        ]
+    )
+    # Resources the device plugin serves one at a time (failRequestsGreaterThanOne), e.g.
+    # time-sliced "nvidia.com/gpu.shared"; a pod asking more than 1 of them never starts.
+    single_device_resources: list[str] = Field(default_factory=list)
+    when_unknown: WhenUnknown = "allow"
+
+
+class RuleSettings(_Model):
+    """The settings of every rule, one entry per rule id (a rule file's `rules:`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=None)
+
+    gpu_requests_limits: RequestsLimitsRule = Field(
+        default_factory=RequestsLimitsRule, alias="gpu-requests-limits"
+    )
+    gpu_whole_quantity: ValidationRule = Field(
+        default_factory=ValidationRule, alias="gpu-whole-quantity"
+    )
+    gpu_mig_mixed: ValidationRule = Field(default_factory=ValidationRule, alias="gpu-mig-mixed")
+    gpu_tolerations: TolerationsRule = Field(
+        default_factory=TolerationsRule, alias="gpu-tolerations"
+    )
+    gpu_shm: ShmRule = Field(default_factory=ShmRule, alias="gpu-shm")
+    gpu_probe_delays: ProbesRule = Field(default_factory=ProbesRule, alias="gpu-probe-delays")
+    visible_devices: VisibleDevicesRule = Field(
+        default_factory=VisibleDevicesRule, alias="visible-devices"
+    )
+    privileged_gpu: ValidationRule = Field(default_factory=ValidationRule, alias="privileged-gpu")
+    host_gpu_devices: HostDevicesRule = Field(
+        default_factory=HostDevicesRule, alias="host-gpu-devices"
+    )
+    gpu_toleration_without_gpu: WarnRule = Field(
+        default_factory=WarnRule, alias="gpu-toleration-without-gpu"
+    )
+    gpu_memory_limit: WarnRule = Field(default_factory=WarnRule, alias="gpu-memory-limit")
+    gpu_readiness_probe: WarnRule = Field(default_factory=WarnRule, alias="gpu-readiness-probe")
+    gpu_init_container: WarnRule = Field(default_factory=WarnRule, alias="gpu-init-container")
+    gpu_quota: QuotaRule = Field(default_factory=QuotaRule, alias="gpu-quota")
+    gpu_priority_class: PriorityRule = Field(
+        default_factory=PriorityRule, alias="gpu-priority-class"
+    )
+    gpu_schedulable: SchedulableRule = Field(
+        default_factory=SchedulableRule, alias="gpu-schedulable"
+    )
+
+
+DEFAULT_GPU_RESOURCES = [
+    "nvidia.com/gpu",
+    "nvidia.com/mig-*",
+    "amd.com/gpu",
+    "gpu.intel.com/*",
+    "nvidia.com/gpumem",
+    "nvidia.com/gpucores",
+    "*.shared",
+]
+
+DEFAULT_EXEMPT_NAMESPACES = [
+    "kube-system",
+    "kube-public",
+    "kube-node-lease",
+    "gpu-operator",
+    "gpu-admission",
+]
+
+RULE_IDS: tuple[str, ...] = tuple(
+    str(f.alias) for f in RuleSettings.model_fields.values() if f.alias is not None
+)
+
+
+class Exemptions(_Model):
+    """Objects the webhook never changes or judges. Any one match exempts."""
+
+    namespaces: list[str] = Field(default_factory=lambda: list(DEFAULT_EXEMPT_NAMESPACES))
+    # Needs namespace labels: known with a cluster snapshot or the live cache.
+    namespace_selector: LabelSelector | None = None
+    # Labels of the pod (or of the controller's pod template).
+    pod_selector: LabelSelector | None = None
+    # "namespace/name" of the pod's spec.serviceAccountName; patterns allowed ("gpu-*/ *").
+    service_accounts: list[str] = Field(default_factory=list)
+
+    @field_validator("service_accounts")
+    @classmethod
+    def _namespaced(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            if entry.count("/") != 1 or "" in entry.split("/"):
+                raise ValueError(f"{entry!r} must be namespace/name")
+        return value
+
+
+class Override(_Model):
+    """Settings for the namespaces an override selects, layered over the base rules.
+
+    Precedence, most specific last (it wins): a namespace selector alone < name patterns <
+    exact names; with both names and a selector, both must match and the selector breaks
+    ties within its name rank. Two overrides of equal rank that set the same setting for
+    the same namespace are a conflict (`rules check` reports the ones it can see).
+    """
+
+    name: str = Field(min_length=1)
+    namespaces: list[str] = Field(default_factory=list)
+    namespace_selector: LabelSelector | None = None
+    rules: dict[str, dict[str, Any]]
+
+    @model_validator(mode="after")
+    def _selects_and_sets_something(self) -> Override:
+        if not self.namespaces and self.namespace_selector is None:
+            raise ValueError("an override needs namespaces or a namespaceSelector")
+        unknown = sorted(set(self.rules) - set(RULE_IDS))
+        if unknown:
+            raise ValueError(f"unknown rule ids {unknown}; known: {', '.join(RULE_IDS)}")
+        # Each partial setting must be valid on its own, so typos fail at load, not at use.
+        try:
+            RuleSettings.model_validate(self.rules)
+        except ValidationError as exc:
+            problems = "; ".join(
+                "rules." + ".".join(str(p) for p in e["loc"]) + ": " + e["msg"]
+                for e in exc.errors(include_url=False)
+            )
+            raise ValueError(problems) from None
+        return self
+
+    @property
+    def rank(self) -> tuple[int, int]:
+        if not self.namespaces:
+            names = 0
+        elif any(is_pattern(n) for n in self.namespaces):
+            names = 1
+        else:
+            names = 2
+        return names, int(self.namespace_selector is not None)
+
+    def name_patterns(self) -> NamePatterns | None:
+        return NamePatterns(self.namespaces) if self.namespaces else None
+
+
+class ClusterSettings(_Model):
+    # Cluster-aware rules treat facts older than this as unknown (see each rule's whenUnknown).
+    max_staleness_seconds: int = Field(default=300, ge=1)
+
+
+class RuleSet(_Model):
+    """A whole rule set as loaded from the rule folder."""
+
+    # A ceiling on every rule's mode: `audit` is shadow mode (nothing denied or changed,
+    # everything recorded), `warn` allows all with warnings, `enforce` uses each rule's mode.
+    mode: ModeName = "enforce"
+    gpu_resources: list[str] = Field(default_factory=lambda: list(DEFAULT_GPU_RESOURCES))
+    exemptions: Exemptions = Field(default_factory=Exemptions)
+    cluster: ClusterSettings = Field(default_factory=ClusterSettings)
+    rules: RuleSettings = Field(default_factory=RuleSettings)
+    overrides: list[Override] = Field(default_factory=list)
+
+    @field_validator("overrides")
+    @classmethod
+    def _unique_override_names(cls, overrides: list[Override]) -> list[Override]:
+        counts = Counter(o.name for o in overrides)  # linear: rule sets may hold thousands
+        dupes = sorted(n for n, k in counts.items() if k > 1)
+        if dupes:
+            raise ValueError(f"override names must be unique: {', '.join(dupes)}")
+        return overrides
+
+    def gpu_names(self) -> NamePatterns:
+        """The GPU resource names and patterns, compiled (the compiled rules keep one)."""
+        return NamePatterns(self.gpu_resources)

@@ -1,0 +1,1 @@
+"""The webhook server: HTTPS, the AdmissionReview wire format, hot reload and metrics."""

@@ -1,0 +1,99 @@
+"""From an AdmissionRequest to a decision: which requests the engine sees, and the log line.
+
+`/mutate` only mutates (it denies only an object it cannot read); verdicts and warnings come
+from `/validate`, so kubectl never shows a warning twice. The decision itself, precedence
+included, is the engine's (`engine.decision`); this module only feeds it and writes it down.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import orjson
+
+from webhook.engine.compiled import CompiledRuleSet
+from webhook.engine.decision import Decision, unreadable
+from webhook.engine.pipeline import Stage, evaluate
+from webhook.engine.podviews import holds_pods
+from webhook.engine.subject import Subject, subject_for
+from webhook.facts.model import FactsSource
+from webhook.server.review import AdmissionRequest
+
+__all__ = ["decide", "log_decision", "skipped", "subject_of"]
+
+decisions = logging.getLogger("gpu-admission.decisions")
+
+
+def skipped(request: AdmissionRequest) -> bool:
+    """Requests the engine has nothing to say about: subresources, DELETE/CONNECT, other kinds."""
+    return (
+        bool(request.sub_resource)
+        or request.operation not in ("CREATE", "UPDATE")
+        or not holds_pods(request.kind.group, request.kind.kind)
+    )
+
+
+def subject_of(request: AdmissionRequest) -> Subject | Decision:
+    """The engine's view of the request, or the refusal of an object that is not JSON."""
+    try:
+        obj = request.parsed_object()
+        old = request.parsed_old_object() if request.operation == "UPDATE" else None
+    except orjson.JSONDecodeError as exc:
+        return unreadable(request.kind.kind, "object", f"not readable JSON ({exc})")
+    return subject_for(
+        obj,
+        group=request.kind.group,
+        kind=request.kind.kind,
+        namespace=request.namespace,
+        operation=request.operation,
+        old_obj=old,
+    )
+
+
+def decide(
+    stage: Stage,
+    request: AdmissionRequest,
+    rules: CompiledRuleSet,
+    source: FactsSource | None = None,
+) -> tuple[Subject | None, Decision | None]:
+    """The subject and the engine's decision on it; no decision when the engine need not look
+    (skipped, or the fast path), no subject when the object is not JSON."""
+    if skipped(request) or not rules.might_apply(request.raw_object):
+        return None, None
+    subject = subject_of(request)
+    if isinstance(subject, Decision):
+        return None, subject
+    facts = source.facts_for(subject.namespace) if source is not None else None
+    return subject, evaluate(subject, rules, facts, stage=stage)
+
+
+def log_decision(request: AdmissionRequest, subject: Subject, decision: Decision) -> None:
+    """One structured line per judged object: what shadow (audit) mode is read back from."""
+    if not decision.judged or not decisions.isEnabledFor(logging.INFO):
+        return
+    judged = decision.judged
+    namespace = subject.namespace
+    name = request.name or subject.name
+    decisions.info(
+        "%s %s %s/%s: %s",
+        "allowed" if decision.allowed else "denied",
+        request.kind.kind,
+        namespace,
+        name,
+        ", ".join(f"{j.finding.rule}={j.mode}" for j in judged),
+        # Structured fields: the JSON log format emits them as keys.
+        extra={
+            "event": "admission",
+            "uid": request.uid,
+            "kind": request.kind.kind,
+            "namespace": namespace,
+            "objectName": name,  # "name" is taken by the LogRecord itself
+            "operation": request.operation,
+            "dryRun": request.dry_run,
+            "allowed": decision.allowed,
+            "findings": [
+                {"rule": j.finding.rule, "mode": str(j.mode), "field": j.finding.field}
+                for j in judged
+            ],
+        },
+    )
