@@ -120,6 +120,22 @@ def test_watch_events_update_usage(cache: LiveCache, server: FakeApiServer) -> N
     eventually(lambda: cache.facts_for("ml-team").namespace_labels == {"team": "ml2"})
 
 
+def test_facts_taken_for_a_request_do_not_change_under_the_watch(
+    cache: LiveCache, server: FakeApiServer
+) -> None:
+    """A request judges one consistent state: the watch replaces values, never edits them."""
+    taken = cache.facts_for("ml-team")
+    classes = dict(taken.priority_classes)
+    server.put("pods", gpu_pod("late", gpus=2))
+    server.put(
+        "priorityclasses",
+        {"metadata": {"name": "gpu-low"}, "value": 10, "preemptionPolicy": "Never"},
+    )
+    eventually(lambda: used(cache) == 9 and cache.facts_for("x").priority_class("gpu-low"))
+    assert taken.usage.by_resource["nvidia.com/gpu"] == 7
+    assert dict(taken.priority_classes) == classes
+
+
 def test_watches_resume_from_bookmarks(cache: LiveCache, server: FakeApiServer) -> None:
     server.put("namespaces", {"metadata": {"name": "other"}})  # moves the global version on
     newest = server.rv

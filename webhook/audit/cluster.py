@@ -160,18 +160,18 @@ def write_reports(api_client: Any, reports: list[dict[str, Any]]) -> int:
     from kubernetes.client.exceptions import ApiException
 
     api = client.CustomObjectsApi(api_client)
-    where = {"group": "wgpolicyk8s.io", "version": "v1alpha2", "plural": "policyreports"}
+    group, version, plural = "wgpolicyk8s.io", "v1alpha2", "policyreports"
     for report in reports:
         body = bounded(report)
         ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
         try:
-            api.create_namespaced_custom_object(namespace=ns, body=body, **where)
+            api.create_namespaced_custom_object(group, version, ns, plural, body)
         except ApiException as exc:
             if exc.status != 409:
                 raise
-            current = api.get_namespaced_custom_object(namespace=ns, name=name, **where)
+            current: Any = api.get_namespaced_custom_object(group, version, ns, plural, name)
             body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-            api.replace_namespaced_custom_object(namespace=ns, name=name, body=body, **where)
+            api.replace_namespaced_custom_object(group, version, ns, plural, name, body)
     return len(reports)
 
 

@@ -271,16 +271,16 @@ def write_report(
     found nothing); `unchecked` the ones that could not run for want of cluster facts.
     """
     summary = Summary()
-    unchecked = list(unchecked)
+    skipped = list(unchecked)
     if fmt == "table":
-        _table(items, summary, out, colour, unchecked)
+        _table(items, summary, out, colour, skipped)
     elif fmt == "json":
-        _json(items, summary, out, unchecked)
+        _json(items, summary, out, skipped)
     elif fmt == "junit":
         _junit(items, summary, out)
     elif fmt == "policyreport":
         now = time.time() if now is None else now
-        _policyreport(items, summary, out, active, now, unchecked)
+        _policyreport(items, summary, out, active, now, skipped)
     else:
         raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
     return summary

@@ -180,7 +180,8 @@ class ContainerView:
         node: Any = spec
         for seg in self.slot:
             node = node[seg]
-        return node  # type: ignore[no-any-return]
+        container: dict[str, Any] = node
+        return container
 
     @property
     def resources(self) -> dict[str, Any]:
@@ -322,12 +323,15 @@ def _owner_kinds(meta: Any) -> tuple[str, ...]:
     )
 
 
-def _replicas(obj: dict[str, Any], kind: str) -> int:
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _replica_count(obj: dict[str, Any], kind: str) -> int:
     """How many pods of the template run at once, for the built-in controllers; 1 otherwise."""
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    spec = _dict(obj.get("spec"))
     if kind == "CronJob":
-        job = spec.get("jobTemplate") if isinstance(spec.get("jobTemplate"), dict) else {}
-        spec = job.get("spec") if isinstance(job.get("spec"), dict) else {}
+        spec = _dict(_dict(spec.get("jobTemplate")).get("spec"))
     key = "parallelism" if kind in ("Job", "CronJob") else "replicas"
     value = spec.get(key, 1)
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 1
@@ -364,7 +368,7 @@ def pod_views(obj: Any, *, group: str, kind: str, is_gpu: Callable[[str], bool])
                     containers=_containers(
                         spec, spec_path, is_gpu, INLINE_CONTAINERS.get((group, kind), ())
                     ),
-                    replicas=_replicas(obj, kind),
+                    replicas=_replica_count(obj, kind),
                 )
             )
     return views

@@ -213,7 +213,8 @@ class LiveCache:
         from kubernetes import client
 
         api = client.CoreV1Api if kind.api == "core" else client.SchedulingV1Api
-        return getattr(api(self.api_client), kind.method)  # type: ignore[no-any-return]
+        fn: Callable[..., Any] = getattr(api(self.api_client), kind.method)
+        return fn
 
     def _run(self, kind: Kind) -> None:
         if kind.name == "pods":

@@ -8,9 +8,10 @@ import gc
 import logging
 import ssl
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -193,7 +194,7 @@ def make_ssl_context(cert: Path, key: Path, client_ca: Path | None = None) -> ss
 
 
 def _background(
-    make: Callable[[web.Application], Awaitable[None]],
+    make: Callable[[web.Application], Coroutine[Any, Any, None]],
 ) -> Callable[[web.Application], AsyncIterator[None]]:
     """A cleanup_ctx that runs `make(app)` as a task while the app serves, cancelled at exit."""
 

@@ -23,18 +23,20 @@ RULE = "gpu-schedulable"
 
 def _expr_matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
     key, op = expr.get("key"), expr.get("operator")
+    if not isinstance(key, str):
+        return False
     values = [v for v in expr.get("values") or [] if isinstance(v, str)]
     if op == "In":
-        return labels.get(key) in values  # type: ignore[arg-type]
+        return labels.get(key) in values
     if op == "NotIn":
-        return labels.get(key) not in values  # type: ignore[arg-type]
+        return labels.get(key) not in values
     if op == "Exists":
         return key in labels
     if op == "DoesNotExist":
         return key not in labels
     if op in ("Gt", "Lt") and values and key in labels:
         try:
-            have, want = int(labels[key]), int(values[0])  # type: ignore[index]
+            have, want = int(labels[key]), int(values[0])
         except ValueError:
             return False
         return have > want if op == "Gt" else have < want
@@ -51,9 +53,8 @@ def _selected(pod: PodView, nodes: list[Node], prefixes: list[str]) -> tuple[lis
     Only GPU labels are judged: the facts may not hold every zone or pool label, and a false
     "never schedules" is worse than a missed one. Returns the nodes and the selector as text.
     """
-    selector = (
-        pod.spec.get("nodeSelector") if isinstance(pod.spec.get("nodeSelector"), dict) else {}
-    )
+    raw = pod.spec.get("nodeSelector")
+    selector: dict[str, Any] = raw if isinstance(raw, dict) else {}
     wanted = {k: v for k, v in selector.items() if _is_gpu_label(k, prefixes)}
     gpu_terms = [
         [e for e in t if _is_gpu_label(e.get("key"), prefixes)] for t in required_terms(pod)
