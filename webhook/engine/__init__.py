@@ -2,3 +2,23 @@
 
 Nothing in this package does I/O: no web server, API client, event loop, TLS or files.
 """
+
+from webhook.engine.compiled import CompiledRuleSet, CompiledRules, compile_rules
+from webhook.engine.decision import Decision, Judged, Mode, Verdict, combine
+from webhook.engine.pipeline import Stage, evaluate
+from webhook.engine.subject import Subject, subject_for
+
+__all__ = [
+    "CompiledRuleSet",
+    "CompiledRules",
+    "Decision",
+    "Judged",
+    "Mode",
+    "Stage",
+    "Subject",
+    "Verdict",
+    "combine",
+    "compile_rules",
+    "evaluate",
+    "subject_for",
+]

@@ -1,4 +1,4 @@
-"""From an AdmissionRequest to a decision: which requests the engine sees, and the log line.
+"""From an AdmissionRequest to a decision: which requests the engine sees, and with what facts.
 
 `/mutate` only mutates (it denies only an object it cannot read); verdicts and warnings come
 from `/validate`, so kubectl never shows a warning twice. The decision itself, precedence
@@ -6,8 +6,6 @@ included, is the engine's (`engine.decision`); this module only feeds it and wri
 """
 
 from __future__ import annotations
-
-import logging
 
 import orjson
 
@@ -19,9 +17,7 @@ from webhook.engine.subject import Subject, subject_for
 from webhook.facts.model import FactsSource
 from webhook.server.review import AdmissionRequest
 
-__all__ = ["decide", "log_decision", "skipped", "subject_of"]
-
-decisions = logging.getLogger("gpu-admission.decisions")
+__all__ = ["decide", "skipped", "subject_of"]
 
 
 def skipped(request: AdmissionRequest) -> bool:
@@ -65,35 +61,3 @@ def decide(
         return None, subject
     facts = source.facts_for(subject.namespace) if source is not None else None
     return subject, evaluate(subject, rules, facts, stage=stage)
-
-
-def log_decision(request: AdmissionRequest, subject: Subject, decision: Decision) -> None:
-    """One structured line per judged object: what shadow (audit) mode is read back from."""
-    if not decision.judged or not decisions.isEnabledFor(logging.INFO):
-        return
-    judged = decision.judged
-    namespace = subject.namespace
-    name = request.name or subject.name
-    decisions.info(
-        "%s %s %s/%s: %s",
-        "allowed" if decision.allowed else "denied",
-        request.kind.kind,
-        namespace,
-        name,
-        ", ".join(f"{j.finding.rule}={j.mode}" for j in judged),
-        # Structured fields: the JSON log format emits them as keys.
-        extra={
-            "event": "admission",
-            "uid": request.uid,
-            "kind": request.kind.kind,
-            "namespace": namespace,
-            "objectName": name,  # "name" is taken by the LogRecord itself
-            "operation": request.operation,
-            "dryRun": request.dry_run,
-            "allowed": decision.allowed,
-            "findings": [
-                {"rule": j.finding.rule, "mode": str(j.mode), "field": j.finding.field}
-                for j in judged
-            ],
-        },
-    )

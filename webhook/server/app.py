@@ -21,7 +21,7 @@ from webhook.facts.live import LiveCache
 from webhook.facts.model import FactsSource
 from webhook.facts.reservations import Reservations, ReservingFacts
 from webhook.facts.snapshotfile import load_snapshot
-from webhook.server.admission import decide, log_decision, skipped
+from webhook.server.admission import decide, skipped
 from webhook.server.metrics import (
     CONTENT_TYPE,
     LATENCY,
@@ -108,13 +108,11 @@ def _review_handler(stage: Stage) -> Handler:
         source = request.app[CLUSTER]
         subject, decision = decide(stage, review, rules, source.facts)
         answer = respond(review.uid, decision)
-        record(endpoint, review.kind.kind, decision, fast=decision is None and not skipped(review))
-        if decision is not None and subject is not None:
-            log_decision(review, subject, decision)
-            # What an admitted pod holds until the watch shows it; never for a dry run.
-            hold = decision.hold
-            if hold is not None and source.reservations is not None and not review.dry_run:
-                source.reservations.hold(hold)
+        record(endpoint, review, subject, decision, fast=decision is None and not skipped(review))
+        # What an admitted pod holds until the watch shows it; never for a dry run.
+        hold = decision.hold if decision is not None else None
+        if hold is not None and source.reservations is not None and not review.dry_run:
+            source.reservations.hold(hold)
         latency.observe(time.perf_counter() - started)
         return web.Response(body=answer, content_type="application/json")
 

@@ -1,10 +1,12 @@
-"""Prometheus metrics: what was admitted, denied, warned and audited, and how fresh the facts are.
+"""What each review leaves behind: Prometheus metrics and the structured decision log line.
 
-Shadow mode (`audit`) is read back from `gpu_admission_findings_total{verdict="audit"}`.
+Shadow mode (`audit`) is read back from `gpu_admission_findings_total{verdict="audit"}` and
+from the `gpu-admission.decisions` log. `record` is called once per review.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
@@ -12,6 +14,8 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
 
 from webhook.engine.decision import Decision
+from webhook.engine.subject import Subject
+from webhook.server.review import AdmissionRequest
 
 __all__ = [
     "CONTENT_TYPE",
@@ -26,6 +30,8 @@ __all__ = [
 ]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+decisions = logging.getLogger("gpu-admission.decisions")
 
 REQUESTS = Counter(
     "gpu_admission_requests_total",
@@ -72,12 +78,23 @@ def _finding(rule: str, verdict: str) -> Any:
     return FINDINGS.labels(rule, verdict)
 
 
-def record(endpoint: str, kind: str, decision: Decision | None, *, fast: bool) -> None:
-    """Count one answered review: its result, and on `/validate` every finding's verdict.
+def record(
+    endpoint: str,
+    review: AdmissionRequest,
+    subject: Subject | None,
+    decision: Decision | None,
+    *,
+    fast: bool,
+) -> None:
+    """Count one answered review (its result, and on `/validate` every finding's verdict) and
+    log the judged ones.
 
     `fast` is a review the prefilter answered; a skipped one (subresource, other kinds) is
     not counted at all.
     """
+    kind = review.kind.kind
+    if decision is not None and subject is not None:
+        _log_decision(review, subject, decision)
     if decision is None:
         if fast:
             counted(endpoint, kind, "fast").inc()
@@ -92,6 +109,38 @@ def record(endpoint: str, kind: str, decision: Decision | None, *, fast: bool) -
     if decision.unreadable is None:
         for j in decision.judged:
             _finding(j.finding.rule, str(j.verdict)).inc()
+
+
+def _log_decision(request: AdmissionRequest, subject: Subject, decision: Decision) -> None:
+    """One structured line per judged object: what shadow (audit) mode is read back from."""
+    if not decision.judged or not decisions.isEnabledFor(logging.INFO):
+        return
+    judged = decision.judged
+    namespace = subject.namespace
+    name = request.name or subject.name
+    decisions.info(
+        "%s %s %s/%s: %s",
+        "allowed" if decision.allowed else "denied",
+        request.kind.kind,
+        namespace,
+        name,
+        ", ".join(f"{j.finding.rule}={j.mode}" for j in judged),
+        # Structured fields: the JSON log format emits them as keys.
+        extra={
+            "event": "admission",
+            "uid": request.uid,
+            "kind": request.kind.kind,
+            "namespace": namespace,
+            "objectName": name,  # "name" is taken by the LogRecord itself
+            "operation": request.operation,
+            "dryRun": request.dry_run,
+            "allowed": decision.allowed,
+            "findings": [
+                {"rule": j.finding.rule, "mode": str(j.mode), "field": j.finding.field}
+                for j in judged
+            ],
+        },
+    )
 
 
 def watch_cluster_facts(age: Callable[[], float | None], pods: Callable[[], int]) -> None:

@@ -1,0 +1,131 @@
+"""The review handlers in-process (pytest-asyncio): the same app the server runs, without TLS.
+
+Breadth lives in the engine tests and the goldens; these check what only the HTTP layer does:
+readiness before a rule set is loaded, the hold it takes after an admitted pod, reloads
+between requests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from aiohttp.test_utils import TestClient, TestServer
+from conftest import ROOT, SNAPSHOT, review_for
+
+from webhook.facts.reservations import Reservations, ReservingFacts
+from webhook.facts.snapshotfile import load_snapshot
+from webhook.server.app import RULES, ClusterSource, make_app
+from webhook.server.reload import RuleHolder
+
+BUDGET = {
+    "rules": {
+        "gpu-quota": {
+            "budgets": [{"name": "ml", "namespaces": ["ml-team"], "limits": {"nvidia.com/gpu": 16}}]
+        }
+    }
+}
+
+
+def gpu_pod(gpus: int, name: str = "train") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ml-team"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime",
+                    "resources": {"limits": {"nvidia.com/gpu": str(gpus), "memory": "32Gi"}},
+                }
+            ]
+        },
+    }
+
+
+@pytest.fixture
+def rules_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "rules"
+    folder.mkdir()
+    (folder / "rules.yaml").write_text(yaml.safe_dump(BUDGET))
+    return folder
+
+
+@pytest.fixture
+async def client(rules_dir: Path) -> AsyncIterator[tuple[TestClient[Any, Any], ClusterSource]]:
+    holder = RuleHolder(source=rules_dir)
+    holder.refresh()
+    reservations = Reservations(ttl=30)
+    source = ClusterSource(ReservingFacts(load_snapshot(SNAPSHOT), reservations), reservations)
+    async with TestClient(TestServer(make_app(holder, source))) as c:
+        yield c, source
+
+
+async def validate(c: TestClient[Any, Any], obj: Any, **kw: Any) -> dict[str, Any]:
+    review = review_for(obj, **kw)
+    resp = await c.post("/validate?timeout=10s", json=review)
+    assert resp.status == 200
+    body: dict[str, Any] = (await resp.json())["response"]
+    assert body["uid"] == review["request"]["uid"]
+    return body
+
+
+async def test_an_admitted_gpu_pod_holds_its_gpus_for_the_next_review(
+    client: tuple[TestClient[Any, Any], ClusterSource],
+) -> None:
+    c, source = client
+    assert (await validate(c, gpu_pod(4, "first")))["allowed"]  # 12 of 16 in use
+    assert source.reservations is not None and len(source.reservations.held("ml-team")) == 1
+    second = await validate(c, gpu_pod(1, "second"))
+    assert not second["allowed"]
+    assert "uses 16 of 16 nvidia.com/gpu" in second["status"]["message"]
+
+
+async def test_a_dry_run_holds_nothing(
+    client: tuple[TestClient[Any, Any], ClusterSource],
+) -> None:
+    c, source = client
+    assert (await validate(c, gpu_pod(4), dry_run=True))["allowed"]
+    assert source.reservations is not None and source.reservations.held("ml-team") == []
+    assert (await validate(c, gpu_pod(4)))["allowed"]
+
+
+async def test_a_denied_pod_holds_nothing(
+    client: tuple[TestClient[Any, Any], ClusterSource],
+) -> None:
+    c, source = client
+    assert not (await validate(c, gpu_pod(5)))["allowed"]
+    assert source.reservations is not None and source.reservations.held("ml-team") == []
+
+
+async def test_a_reload_takes_effect_on_the_next_request(
+    client: tuple[TestClient[Any, Any], ClusterSource], rules_dir: Path
+) -> None:
+    c, _ = client
+    assert not (await validate(c, gpu_pod(5)))["allowed"]
+    (rules_dir / "rules.yaml").write_text(
+        yaml.safe_dump({"rules": {"gpu-quota": {"mode": "warn"}}})
+    )
+    holder = c.server.app[RULES]
+    assert holder.refresh()
+    answer = await validate(c, gpu_pod(5))
+    assert answer["allowed"]
+
+
+async def test_no_rule_set_yet_means_unavailable_not_allowed(tmp_path: Path) -> None:
+    holder = RuleHolder(source=tmp_path / "missing")
+    holder.refresh()
+    async with TestClient(TestServer(make_app(holder))) as c:
+        resp = await c.post("/validate", json=review_for(gpu_pod(1)))
+        assert resp.status == 503
+        assert (await c.get("/readyz")).status == 503
+        assert (await c.get("/healthz")).status == 200
+
+
+def test_the_shipped_rules_load_in_the_holder() -> None:
+    holder = RuleHolder(source=ROOT / "rules")
+    assert holder.refresh() and holder.current is not None
