@@ -1,34 +1,253 @@
-"""Golden cases: each folder under tests/golden is one object admitted end to end over HTTPS.
+"""Golden cases: each folder under tests/golden is one object, its request and the verdict.
 
-`input.yaml` is the object, `request.yaml` (optional) the request facts, `expected.yaml` the
-verdict, the rules that deny or warn, and the whole object after the patch is applied.
+Every case runs in process through the engine, as the webhook feeds it: the subject built from
+the request, the same fast path, `evaluate` with `Stage.ADMIT` (mutate, apply the patch,
+validate the patched object: what the apiserver does with /mutate and /validate). The few
+cases named in END_TO_END also go through the real server over HTTPS, as today.
+
+A case folder holds:
+
+- `input.yaml`: the object.
+- `request.yaml` (optional): the keywords of `conftest.review_for`: namespace (default
+  ml-team), operation, old, kind, dry_run.
+- `rules.yaml` (optional): a whole rule file, loaded on its own instead of the shipped `rules/`.
+- `cluster.yaml` (optional): a `gpu-admission.io/v1` ClusterSnapshot; without one the
+  cluster-aware rules do not run (the webhook started with no source of facts).
+- `expected.yaml`: `allowed`; `denied`, `warned` and optionally `audited` (rule ids);
+  `unchanged: true` (no patch) or `mutated` (the whole object after the patch); `messages`
+  (strings found in the denial message and warnings); `unreadable` (the field path of an
+  object the engine refuses to read).
 """
 
 from __future__ import annotations
 
+import functools
+import json
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import jsonpatch
 import pytest
 import yaml
-from conftest import Webhook, schema_problems
+from conftest import ROOT, Webhook, schema_problems, start_webhook, stop_webhook
+
+from webhook.engine.compiled import CompiledRuleSet, compile_rules
+from webhook.engine.decision import Decision
+from webhook.engine.pipeline import Stage, evaluate
+from webhook.engine.podviews import holds_pods
+from webhook.engine.subject import Subject, subject_for
+from webhook.facts.model import Facts
+from webhook.facts.snapshotfile import load_snapshot
+from webhook.ruleset.files import load_rules
 
 GOLDEN = Path(__file__).parent / "golden"
 CASES = sorted(p for p in GOLDEN.iterdir() if (p / "input.yaml").exists())
+IDS = [c.name for c in CASES]
+
+# Also admitted over HTTPS by the real server: a Pod, a Deployment, CRDs, a denial, warnings,
+# and one with cluster facts (the server reads the case's cluster.yaml as its snapshot).
+END_TO_END = {
+    "pod-gpu-in-requests-only",
+    "deployment-template-patched",
+    "raycluster-gpu-worker-group-patched",
+    "pod-fractional-gpu-denied",
+    "pod-no-memory-limit-no-probes",
+    "priority-default-class-injected-pod",
+}
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def _load(case: Path, name: str) -> Any:
-    path = case / name
-    return yaml.safe_load(path.read_text()) if path.exists() else None
+def _read(path: Path) -> Any:
+    return yaml.load(path.read_text(), Loader=_Loader) if path.exists() else None
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_golden_case_is_admitted_as_expected(webhook: Webhook, case: Path) -> None:
-    obj = _load(case, "input.yaml")
-    request = _load(case, "request.yaml") or {}
-    expected = _load(case, "expected.yaml")
+@dataclass(frozen=True)
+class Case:
+    """One golden folder, read."""
 
-    mutated, mutation, verdict = webhook.admit(obj, **request)
+    path: Path
+    obj: Any
+    request: dict[str, Any]
+    expected: dict[str, Any]
+    rules: Path | None = None  # the case's own rules.yaml
+    cluster: Path | None = None  # the case's cluster.yaml
+    messages: list[str] = field(default_factory=list)
+
+    @property
+    def namespace(self) -> str:
+        return str(self.request.get("namespace", "ml-team"))
+
+    @property
+    def operation(self) -> str:
+        return str(self.request.get("operation", "CREATE"))
+
+    def subject(self, obj: Any) -> Subject:
+        """What the webhook's `subject_of` builds from the review `review_for` sends."""
+        kind = self.request.get("kind")
+        return subject_for(
+            obj,
+            kind=kind,
+            namespace=self.namespace,
+            operation=self.operation,
+            old_obj=self.request.get("old") if self.operation == "UPDATE" else None,
+        )
+
+
+@functools.cache
+def load_case(path: Path) -> Case:
+    rules, cluster = path / "rules.yaml", path / "cluster.yaml"
+    expected = _read(path / "expected.yaml")
+    return Case(
+        path=path,
+        obj=_read(path / "input.yaml"),
+        request=_read(path / "request.yaml") or {},
+        expected=expected,
+        rules=rules if rules.exists() else None,
+        cluster=cluster if cluster.exists() else None,
+        messages=list(expected.get("messages", [])),
+    )
+
+
+@functools.cache
+def _compiled(rule_file: Path | None) -> CompiledRuleSet:
+    """The shipped rules, or a case's rule file loaded on its own (as a one-file rule folder)."""
+    if rule_file is None:
+        return compile_rules(load_rules(ROOT / "rules"))
+    with tempfile.TemporaryDirectory(prefix="golden-rules-") as tmp:
+        folder = Path(tmp)
+        (folder / "rules.yaml").write_text(rule_file.read_text())
+        return compile_rules(load_rules(folder))
+
+
+@functools.cache
+def _snapshot(cluster: Path) -> Any:
+    return load_snapshot(cluster)
+
+
+def _facts(case: Case) -> Facts | None:
+    return _snapshot(case.cluster).facts_for(case.namespace) if case.cluster else None
+
+
+def decide(case: Case, obj: Any, stage: Stage) -> Decision:
+    """The engine's decision as the webhook reaches it: requests it skips and objects the fast
+    path lets through get no decision (allowed, untouched)."""
+    rules = _compiled(case.rules)
+    subject = case.subject(obj)
+    decision = evaluate(subject, rules, _facts(case), stage=stage)
+    if case.operation not in ("CREATE", "UPDATE") or not holds_pods(subject.group, subject.kind):
+        return Decision()
+    if not rules.might_apply(json.dumps(obj).encode()):
+        # The fast path must never hide a finding or a patch the full path would make.
+        assert decision.unreadable is not None or not (decision.patch or decision.judged), (
+            f"the fast path skips an object the engine judges: {decision}"
+        )
+        return Decision()
+    return decision
+
+
+def _rules_of(findings: Any) -> set[str]:
+    return {f.rule for f in findings}
+
+
+def _text(decision: Decision) -> str:
+    lines = [decision.message(), *decision.warning_lines()]
+    if decision.unreadable is not None:
+        lines.append(decision.unreadable.message())
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("path", CASES, ids=IDS)
+def test_golden_case_is_decided_as_expected(path: Path) -> None:
+    case = load_case(path)
+    expected = case.expected
+    decision = decide(case, case.obj, Stage.ADMIT)
+    mutated = decision.mutated if decision.mutated is not None else case.obj
+
+    if expected.get("unchanged"):
+        assert list(decision.patch) == []
+    else:
+        assert mutated == expected["mutated"]
+    assert decision.allowed is expected["allowed"], _text(decision)
+    assert _rules_of(decision.denials) == set(expected["denied"]), _text(decision)
+    assert _rules_of(decision.warnings) == set(expected["warned"]), _text(decision)
+    if "audited" in expected:
+        assert _rules_of(decision.audits) == set(expected["audited"])
+    if "unreadable" in expected:
+        assert decision.unreadable is not None
+        assert decision.unreadable.path == expected["unreadable"]
+    else:
+        assert decision.unreadable is None, decision.unreadable
+    text = _text(decision)
+    for message in case.messages:
+        assert message in text
+    # The patch never breaks the schema: the result has no error the input did not have
+    # (KServe's predictor with only a `model` is not a full PodSpec on its own).
+    if decision.patch:
+        assert set(schema_problems(mutated)) <= set(schema_problems(case.obj))
+
+
+@pytest.mark.parametrize("path", CASES, ids=IDS)
+def test_mutating_the_patched_object_again_adds_nothing(path: Path) -> None:
+    """Reinvocation (reinvocationPolicy: IfNeeded) must be a no-op on our own output."""
+    case = load_case(path)
+    patch = list(decide(case, case.obj, Stage.MUTATE).patch)
+    mutated = jsonpatch.apply_patch(case.obj, patch) if patch else case.obj
+    assert list(decide(case, mutated, Stage.MUTATE).patch) == []
+
+
+# ---- end to end: the same cases through the real server over HTTPS ----
+
+
+@pytest.fixture(scope="module")
+def server_for(
+    request: pytest.FixtureRequest, certs: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[[Case], Webhook]]:
+    """The server a case needs: the shared one for the shipped rules and no cluster facts,
+    else one started with the case's rule file and snapshot (one per distinct pair)."""
+    started: dict[tuple[Path | None, Path | None], Webhook] = {}
+
+    def get(case: Case) -> Webhook:
+        if case.rules is None and case.cluster is None:
+            hook: Webhook = request.getfixturevalue("webhook")
+            return hook
+        key = (case.rules, case.cluster)
+        if key not in started:
+            folder = tmp_path_factory.mktemp("rules")
+            source = case.rules or ROOT / "rules" / "gpu-admission.yaml"
+            (folder / "rules.yaml").write_text(source.read_text())
+            extra = ("--cluster-snapshot", str(case.cluster)) if case.cluster else ()
+            log = tmp_path_factory.mktemp("log") / "server.log"
+            started[key] = start_webhook(certs, folder, log, *extra)
+        return started[key]
+
+    yield get
+    for hook in started.values():
+        stop_webhook(hook)
+
+
+E2E_CASES = [c for c in CASES if c.name in END_TO_END]
+
+
+def test_end_to_end_cases_exist() -> None:
+    assert {c.name for c in E2E_CASES} == END_TO_END
+
+
+@pytest.mark.parametrize("path", E2E_CASES, ids=[c.name for c in E2E_CASES])
+def test_golden_case_is_admitted_over_https(server_for: Any, path: Path) -> None:
+    case = load_case(path)
+    expected = case.expected
+    hook = server_for(case)
+
+    if "unreadable" in expected:
+        answer = hook.mutate(case.obj, **case.request)
+        assert not answer.allowed
+        assert expected["unreadable"] in answer.message
+        return
+    mutated, mutation, verdict = hook.admit(case.obj, **case.request)
 
     if expected.get("unchanged"):
         assert mutation.patch == []
@@ -37,17 +256,11 @@ def test_golden_case_is_admitted_as_expected(webhook: Webhook, case: Path) -> No
     assert verdict.allowed is expected["allowed"]
     assert verdict.denied_rules == set(expected["denied"])
     assert verdict.warned_rules == set(expected["warned"])
-    for text in expected.get("messages", []):
+    if "audited" in expected:
+        annotations = verdict.raw.get("auditAnnotations") or {}
+        assert {r for r, v in annotations.items() if v == "audit"} == set(expected["audited"])
+    for text in case.messages:
         assert text in verdict.message + "\n".join(verdict.warnings)
-    # The patch never breaks the schema: the result has no error the input did not have
-    # (KServe's predictor with only a `model` is not a full PodSpec on its own).
-    assert set(schema_problems(mutated)) <= set(schema_problems(obj))
-
-
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_mutating_the_patched_object_again_adds_nothing(webhook: Webhook, case: Path) -> None:
-    """Reinvocation (reinvocationPolicy: IfNeeded) must be a no-op on our own output."""
-    obj = _load(case, "input.yaml")
-    request = _load(case, "request.yaml") or {}
-    mutated = webhook.mutate(obj, **request).apply(obj)
-    assert webhook.mutate(mutated, **request).patch == []
+    assert set(schema_problems(mutated)) <= set(schema_problems(case.obj))
+    # Reinvocation over HTTPS too.
+    assert hook.mutate(mutated, **case.request).patch == []

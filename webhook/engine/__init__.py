@@ -3,7 +3,7 @@
 Nothing in this package does I/O: no web server, API client, event loop, TLS or files.
 """
 
-from webhook.engine.compiled import CompiledRuleSet, CompiledRules, compile_rules
+from webhook.engine.compiled import CompiledRules, CompiledRuleSet, compile_rules
 from webhook.engine.decision import Decision, Judged, Mode, Verdict, combine
 from webhook.engine.pipeline import Stage, evaluate
 from webhook.engine.subject import Subject, subject_for
