@@ -99,7 +99,8 @@ class Usage:
         return out
 
 
-EMPTY_USAGE = Usage()
+# Plain dicts, not defaultdicts: a read that misses must not add a key to the shared value.
+EMPTY_USAGE = Usage(by_resource={}, by_product={})
 
 
 def _is_gpu_label(key: str, prefixes: tuple[str, ...]) -> bool:
