@@ -67,7 +67,7 @@ def _evaluate(
         # A JSON-only clone is several times cheaper than the deepcopy apply_patch would make.
         obj = jsonpatch.JsonPatch(patch).apply(clone(obj), in_place=True)
         subject = dataclasses.replace(subject, obj=obj)
-        compiled, views = _scope(subject, rules)
+        _, views = _scope(subject, rules)  # the same namespace: the same compiled rules
     findings = _validate(views, ctx, facts is not None)
     return combine(
         findings,
@@ -81,8 +81,9 @@ def _evaluate(
 def _exempt_pod(view: PodView, namespace: str, rules: CompiledRuleSet) -> bool:
     if rules.exempt_pods is not None and rules.exempt_pods.matches(view.labels):
         return True
-    account = view.spec.get("serviceAccountName") or "default"
-    return rules.exempt_account(namespace, account)
+    if rules.exempt_accounts is None:  # the usual case: no account is exempt
+        return False
+    return rules.exempt_account(namespace, view.spec.get("serviceAccountName") or "default")
 
 
 def _scope(subject: Subject, rules: CompiledRuleSet) -> tuple[CompiledRules, list[PodView]]:
