@@ -242,7 +242,8 @@ def run_bench(args: argparse.Namespace) -> int:
                 )  # fmt: skip
                 hook = procs.start(
                     [cli, "serve", "--host", "127.0.0.1", "--port", str(hook_port),
-                     "--cert", str(cert), "--key", str(key), "--rules", str(args.rules)],
+                     "--cert", str(cert), "--key", str(key), "--rules", str(args.rules),
+                     "--probe-port", "0"],
                     server_core,
                     stderr=h_err,
                     stdout=subprocess.DEVNULL,

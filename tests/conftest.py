@@ -133,7 +133,7 @@ class Webhook:
     def review(self, endpoint: str, review: dict[str, Any]) -> Answer:
         import json
 
-        resp = self.post(endpoint, json.dumps(review).encode())
+        resp = self.post(endpoint, json.dumps(review, separators=(",", ":")).encode())
         assert resp.status_code == 200, resp.text
         body = resp.json()
         assert body["apiVersion"] == "admission.k8s.io/v1"
@@ -212,6 +212,12 @@ def start_webhook(
                 str(certs / "tls.key"),
                 "--rules",
                 str(rules),
+                # Probes on the TLS port (one port per test server); a test may pass its own.
+                "--probe-port",
+                "0",
+                # No endpoint to be removed from here: stop at once (tests of the drain set it).
+                "--drain-seconds",
+                "0",
                 *extra,
             ],
             stdout=fh,

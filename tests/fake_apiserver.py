@@ -25,6 +25,7 @@ PATHS = {
     "nodes": "/api/v1/nodes",
     "resourcequotas": "/api/v1/resourcequotas",
     "pods": "/api/v1/pods",
+    "configmaps": "/api/v1/configmaps",
     "priorityclasses": "/apis/scheduling.k8s.io/v1/priorityclasses",
     "deployments": "/apis/apps/v1/deployments",
     "statefulsets": "/apis/apps/v1/statefulsets",
@@ -38,6 +39,7 @@ KIND_NAMES = {
     "nodes": ("v1", "Node"),
     "resourcequotas": ("v1", "ResourceQuota"),
     "pods": ("v1", "Pod"),
+    "configmaps": ("v1", "ConfigMap"),
     "priorityclasses": ("scheduling.k8s.io/v1", "PriorityClass"),
     "deployments": ("apps/v1", "Deployment"),
     "statefulsets": ("apps/v1", "StatefulSet"),
@@ -48,8 +50,8 @@ KIND_NAMES = {
 }
 # Kinds that also answer on /namespaces/{namespace}/<plural> under their group's prefix.
 NAMESPACED = {
-    "pods", "resourcequotas", "deployments", "statefulsets", "daemonsets", "replicasets",
-    "jobs", "cronjobs",
+    "pods", "resourcequotas", "configmaps", "deployments", "statefulsets", "daemonsets",
+    "replicasets", "jobs", "cronjobs",
 }  # fmt: skip
 
 

@@ -101,7 +101,11 @@ def webhook_entries(name: str = "base") -> list[tuple[str, dict[str, Any]]]:
 
 # What the webhook handles: (group, version, resource) -> operations. Pods on CREATE only: the
 # engine judges no pod UPDATE, and with failurePolicy Fail an outage would block label changes.
-ROUTED: dict[tuple[str, str, str], set[str]] = {("", "v1", "pods"): {"CREATE"}} | {
+# Ephemeral containers (kubectl debug) on UPDATE of their subresource: a way to GPU devices.
+ROUTED: dict[tuple[str, str, str], set[str]] = {
+    ("", "v1", "pods"): {"CREATE"},
+    ("", "v1", "pods/ephemeralcontainers"): {"UPDATE"},
+} | {
     (group, version, resource): {"CREATE", "UPDATE"}
     for group, version, resources in [
         ("", "v1", "replicationcontrollers podtemplates"),

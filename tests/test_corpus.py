@@ -169,5 +169,13 @@ def test_corpus_verdicts_match_what_a_platform_engineer_expects(webhook: Webhook
     hand_set = [v.split("=", 1)[1] for v in re.split(r"[;,]", row.visible) if "=" in v]
     if any(value not in ("void", "none", "") for value in hand_set):
         assert "visible-devices" in verdict.denied_rules
-    if not gpu and not hand_set:  # a pod spec that asks for no GPU is left alone
-        assert not [op for op in mutation.patch if op["path"].startswith(view.pointer + "/")]
+    if not gpu and not hand_set:
+        # A pod spec that asks for no GPU is left alone, but for NVIDIA_VISIBLE_DEVICES=void
+        # in its containers when it can land on a GPU node (a GPU toleration, say).
+        for op in mutation.patch:
+            if op["path"].startswith(view.pointer + "/"):
+                assert op["op"] == "add" and "/env" in op["path"], op
+                assert _VOID in (op["value"] if isinstance(op["value"], list) else [op["value"]])
+
+
+_VOID = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}

@@ -164,10 +164,10 @@ def test_the_image_ships_the_default_rules_where_its_default_command_reads_them(
     assert ["rules", rules_dir] in copies
 
 
-def test_the_exposed_port_is_the_one_the_deployment_probes() -> None:
+def test_the_exposed_ports_are_the_ones_the_deployment_declares() -> None:
     exposed = {int(p.split("/")[0]) for args in FINAL.every("EXPOSE") for p in args.split()}
     ports = {p["containerPort"] for p in _deployment_container()["ports"]}
-    assert exposed == ports == {8443}
+    assert exposed == ports == {8443, 8081}  # the webhook (TLS), the probes and /metrics
 
 
 def test_there_is_no_healthcheck_kubernetes_probes_the_server_instead() -> None:

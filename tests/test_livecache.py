@@ -5,15 +5,19 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from fake_apiserver import FakeApiServer
 from kubernetes import client
 
-from webhook.facts.live import LiveCache
+from webhook.facts.live import KINDS, LiveCache, pod_summary
 from webhook.facts.model import PodGpus
 from webhook.facts.reservations import Reservations
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def gpu_pod(name: str, ns: str = "ml-team", gpus: int = 1, **status: Any) -> dict[str, Any]:
@@ -31,14 +35,7 @@ def gpu_pod(name: str, ns: str = "ml-team", gpus: int = 1, **status: Any) -> dic
 
 def seed(server: FakeApiServer, pods: int = 7) -> None:
     server.put("namespaces", {"metadata": {"name": "ml-team", "labels": {"team": "ml"}}})
-    server.put(
-        "nodes",
-        {
-            "metadata": {"name": "h100-0", "labels": {"nvidia.com/gpu.product": "H100"}},
-            "spec": {},
-            "status": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "96"}},
-        },
-    )
+    server.put("nodes", gpu_node())
     server.put(
         "resourcequotas",
         {
@@ -60,6 +57,28 @@ def seed(server: FakeApiServer, pods: int = 7) -> None:
             "spec": {"containers": [{"name": "w"}]},
         },
     )
+    server.put("configmaps", config_map("gpu-env", NVIDIA_VISIBLE_DEVICES="all", LOG="debug"))
+    server.put("configmaps", config_map("suffix-only", DEVICES="0,1"))  # prefix NVIDIA_VISIBLE_
+    server.put("configmaps", config_map("app-config", LOG_LEVEL="info", NVIDIA_DRIVER="x"))
+
+
+TAINTS = [
+    {"key": "nvidia.com/gpu", "effect": "NoSchedule"},
+    {"key": "dedicated", "value": "ml", "effect": "NoExecute"},
+    {"key": "spot", "value": "true", "effect": "PreferNoSchedule"},  # keeps no pod off
+]
+
+
+def gpu_node(taints: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "h100-0", "labels": {"nvidia.com/gpu.product": "H100"}},
+        "spec": {"taints": TAINTS if taints is None else taints},
+        "status": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "96"}},
+    }
+
+
+def config_map(name: str, ns: str = "ml-team", **data: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": ns}, "data": data}
 
 
 @pytest.fixture
@@ -139,9 +158,11 @@ def test_facts_taken_for_a_request_do_not_change_under_the_watch(
 def test_watches_resume_from_bookmarks(cache: LiveCache, server: FakeApiServer) -> None:
     server.put("namespaces", {"metadata": {"name": "other"}})  # moves the global version on
     newest = server.rv
+    time.sleep(3 * server.bookmark_interval)  # a bookmark past `newest` reaches every watch
+    seen = len(server.watches)
     server.drop_watches()
     # The pods watch saw no pod event since, but bookmarks told it the newer version.
-    eventually(lambda: any(k == "pods" and int(rv) >= newest for k, rv in server.watches[-5:]))
+    eventually(lambda: any(k == "pods" and int(rv) >= newest for k, rv in server.watches[seen:]))
     assert server.lists["pods"] == 1
 
 
@@ -246,3 +267,191 @@ def test_an_unreachable_api_server_follows_when_unknown_and_recovers(
     assert not served.validate(two_gpus(), namespace="ml-team", dry_run=True).allowed
     server.set_down(False)
     eventually(lambda: served.validate(two_gpus(), namespace="ml-team", dry_run=True).allowed)
+
+
+# ---- node taints ------------------------------------------------------------------------
+
+
+def test_node_taints_reach_the_facts_and_follow_the_watch(
+    cache: LiveCache, server: FakeApiServer
+) -> None:
+    nodes = cache.facts_for("ml-team").nodes
+    assert nodes.node("h100-0") is nodes.nodes[0]
+    assert nodes.node("h100-0").taints == (  # type: ignore[union-attr]
+        ("nvidia.com/gpu", "", "NoSchedule"),
+        ("dedicated", "ml", "NoExecute"),
+    )
+    assert nodes.node("h100-9") is None
+    server.put("nodes", gpu_node(taints=[]))
+    eventually(lambda: cache.facts_for("ml-team").nodes.node("h100-0").taints == ())  # type: ignore[union-attr]
+    assert nodes.node("h100-0").taints != ()  # type: ignore[union-attr]  # the old index as taken
+
+
+# ---- ConfigMaps ---------------------------------------------------------------------------
+
+
+def test_listed_config_maps_keep_only_keys_that_could_become_nvidia_visible_devices(
+    cache: LiveCache, server: FakeApiServer
+) -> None:
+    assert server.lists["configmaps"] == 1
+    assert server.pages["configmaps"] == 1  # 3 ConfigMaps in pages of 3
+    assert cache.facts_for("ml-team").config_maps == {
+        "gpu-env": {"NVIDIA_VISIBLE_DEVICES": "all"},
+        "suffix-only": {"DEVICES": "0,1"},
+    }  # "app-config" has no such key: not kept at all, which reads as "no such key"
+    assert cache.facts_for("elsewhere").config_maps == {}  # known and empty, not None
+
+
+def test_config_map_watch_events_add_change_and_remove_keys(
+    cache: LiveCache, server: FakeApiServer
+) -> None:
+    def kept() -> Any:
+        return cache.facts_for("ml-team").config_maps
+
+    taken = kept()
+    server.put("configmaps", config_map("late", NVIDIA_VISIBLE_DEVICES="void"))  # ADDED
+    eventually(lambda: kept().get("late") == {"NVIDIA_VISIBLE_DEVICES": "void"})
+    server.put("configmaps", config_map("late", NVIDIA_VISIBLE_DEVICES="0"))  # MODIFIED
+    eventually(lambda: kept().get("late") == {"NVIDIA_VISIBLE_DEVICES": "0"})
+    server.put("configmaps", config_map("gpu-env", LOG="debug"))  # MODIFIED: key removed
+    eventually(lambda: "gpu-env" not in kept())
+    server.delete("configmaps", "ml-team", "late")  # DELETED
+    eventually(lambda: "late" not in kept())
+    server.put("configmaps", config_map("app-config", NVIDIA_VISIBLE_DEVICES="all"))  # gains it
+    eventually(lambda: kept().get("app-config") == {"NVIDIA_VISIBLE_DEVICES": "all"})
+    server.put("configmaps", config_map("other-ns", ns="team-b", VISIBLE_DEVICES="all"))
+    eventually(
+        lambda: cache.facts_for("team-b").config_maps == {"other-ns": {"VISIBLE_DEVICES": "all"}}
+    )
+    assert kept() == {
+        "suffix-only": {"DEVICES": "0,1"},
+        "app-config": {"NVIDIA_VISIBLE_DEVICES": "all"},
+    }
+    # What a request took before the events is the state it was judged on.
+    assert taken == {
+        "gpu-env": {"NVIDIA_VISIBLE_DEVICES": "all"},
+        "suffix-only": {"DEVICES": "0,1"},
+    }
+
+
+def test_an_irrelevant_config_map_edit_changes_nothing(
+    cache: LiveCache, server: FakeApiServer
+) -> None:
+    before = cache.facts_for("ml-team").config_maps
+    server.put("configmaps", config_map("app-config", LOG_LEVEL="debug"))
+    server.put("configmaps", config_map("gpu-env", NVIDIA_VISIBLE_DEVICES="all", LOG="info"))
+    # One watch delivers events in order: once this one shows, the two above were applied.
+    server.put("configmaps", config_map("marker", ns="team-b", NVIDIA_VISIBLE_DEVICES="void"))
+    eventually(lambda: bool(cache.facts_for("team-b").config_maps))
+    assert cache.facts_for("ml-team").config_maps is before  # not even copied
+
+
+def test_a_huge_value_is_kept_cut_and_still_not_an_allowed_one(
+    cache: LiveCache, server: FakeApiServer
+) -> None:
+    """Anyone who may create ConfigMaps must not be able to grow the cache by 1 MiB each."""
+    server.put("configmaps", config_map("huge", NVIDIA_VISIBLE_DEVICES="void" + "," * 2**20))
+    eventually(lambda: "huge" in cache.facts_for("ml-team").config_maps)  # type: ignore[operator]
+    kept = cache.facts_for("ml-team").config_maps["huge"]["NVIDIA_VISIBLE_DEVICES"]  # type: ignore[index]
+    assert len(kept) <= 300
+    assert kept.startswith("void,") and kept not in ("void", "none", "")
+
+
+def test_config_maps_are_listed_again_after_410_gone(
+    cache: LiveCache, server: FakeApiServer
+) -> None:
+    # Changes whose events the server has forgotten: only a relist can show them.
+    del server.objects["configmaps"][("ml-team", "gpu-env")]
+    server.load("configmaps", [config_map("unseen", NVIDIA_VISIBLE_DEVICES="all")])
+    server.compact()
+    server.drop_watches()
+    eventually(lambda: server.gone["configmaps"] >= 1)
+    eventually(lambda: server.lists["configmaps"] >= 2)
+    eventually(
+        lambda: (
+            cache.facts_for("ml-team").config_maps
+            == {"unseen": {"NVIDIA_VISIBLE_DEVICES": "all"}, "suffix-only": {"DEVICES": "0,1"}}
+        )
+    )
+
+
+def test_config_maps_are_unknown_until_listed(server: FakeApiServer) -> None:
+    cfg = client.Configuration()
+    cfg.host = server.url
+    live = LiveCache(client.ApiClient(cfg))
+    assert live.facts_for("ml-team").config_maps is None  # not "no such key": not known yet
+    assert live.facts_for("ml-team").secrets is None
+    live.list_once()  # the live audit's one-shot list reads them too
+    assert live.facts_for("ml-team").config_maps == {
+        "gpu-env": {"NVIDIA_VISIBLE_DEVICES": "all"},
+        "suffix-only": {"DEVICES": "0,1"},
+    }
+    assert live.facts_for("ml-team").secrets is None  # never watched
+
+
+def test_the_cluster_role_grants_every_watched_kind_and_no_secrets() -> None:
+    docs = list(yaml.safe_load_all((ROOT / "manifests" / "base" / "rbac.yaml").read_text()))
+    role = next(d for d in docs if d["kind"] == "ClusterRole")
+    granted = {
+        (group, resource): set(rule["verbs"])
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+    groups = {"core": "", "scheduling": "scheduling.k8s.io"}
+    for kind in KINDS:
+        assert {"list", "watch"} <= granted.get((groups[kind.api], kind.name), set()), kind
+    assert ("", "secrets") not in granted
+
+
+# ---- a pod's effective request -----------------------------------------------------------
+
+
+def _c(name: str, gpus: int = 0, *, sidecar: bool = False) -> dict[str, Any]:
+    c: dict[str, Any] = {"name": name}
+    if gpus:
+        c["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
+    if sidecar:
+        c["restartPolicy"] = "Always"
+    return c
+
+
+def _pod(containers: list[dict[str, Any]], init: list[dict[str, Any]] | None = None) -> dict:
+    spec: dict[str, Any] = {"containers": containers}
+    if init is not None:
+        spec["initContainers"] = init
+    return {"metadata": {"name": "p", "namespace": "ml-team"}, "spec": spec}
+
+
+@pytest.mark.parametrize(
+    ("containers", "init", "expected"),
+    [
+        ([_c("a", 1), _c("b", 2)], None, 3),  # regular containers add up
+        ([_c("a", 1)], [_c("side", 1, sidecar=True)], 2),  # a sidecar runs beside them: adds
+        ([_c("a", 1)], [_c("init", 3), _c("side", 1, sidecar=True)], 3),  # max(3, 1 + 1)
+        ([_c("a", 1)], [_c("side", 1, sidecar=True), _c("init", 2)], 3),  # init beside it: 1 + 2
+        ([_c("a", 1)], [_c("init", 2), _c("init2", 1)], 2),  # ordinary init: the max
+        ([_c("a")], [_c("side", 2, sidecar=True)], 2),  # GPUs only in a sidecar
+    ],
+)
+def test_pod_summary_counts_as_the_scheduler_does(
+    containers: list[dict[str, Any]], init: list[dict[str, Any]] | None, expected: int
+) -> None:
+    summary = pod_summary(_pod(containers, init), lambda _: "")
+    assert summary is not None
+    assert summary.gpus == {"nvidia.com/gpu": expected}
+
+
+def test_a_pod_without_extended_resources_is_not_kept() -> None:
+    assert pod_summary(_pod([_c("a")], [_c("side", sidecar=True), _c("init")]), str) is None
+
+
+def test_sidecar_gpus_add_up_in_live_usage(cache: LiveCache, server: FakeApiServer) -> None:
+    pod = gpu_pod("with-sidecar", gpus=1)
+    pod["spec"]["initContainers"] = [_c("init", 2), _c("proxy", 1, sidecar=True)]
+    server.put("pods", pod)  # max(2, 1 + 1) = 2
+    eventually(lambda: used(cache) == 9)
+    pod = gpu_pod("with-sidecar", gpus=1)
+    pod["spec"]["initContainers"] = [_c("proxy", 1, sidecar=True), _c("init", 3)]
+    server.put("pods", pod)  # the init container runs beside the sidecar: 1 + 3 = 4
+    eventually(lambda: used(cache) == 11)

@@ -73,6 +73,7 @@ def test_the_base_holds_everything_but_the_certificates() -> None:
         "Deployment",
         "MutatingWebhookConfiguration",
         "Namespace",
+        "NetworkPolicy",
         "PodDisruptionBudget",
         "Service",
         "ServiceAccount",
@@ -186,15 +187,37 @@ def test_the_container_is_non_root_read_only_and_without_capabilities() -> None:
     assert container["image"] == "ghcr.io/gpu-admission/gpu-admission:0.1.0"
 
 
+def _ports() -> dict[str, int]:
+    return {p["name"]: p["containerPort"] for p in _server()["ports"]}
+
+
 @pytest.mark.parametrize(
     ("probe", "path"), [("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")]
 )
-def test_probes_ask_the_server_over_https(probe: str, path: str) -> None:
-    container = _server()
-    get = container[probe]["httpGet"]
-    assert (get["path"], get["scheme"]) == (path, "HTTPS")
-    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports[get["port"]] == int(_args()["port"]) == 8443
+def test_probes_ask_the_probe_port_over_plain_http(probe: str, path: str) -> None:
+    """Not the webhook port: with --client-ca there, the kubelet (no client certificate)
+    would be locked out."""
+    get = _server()[probe]["httpGet"]
+    assert (get["path"], get["scheme"]) == (path, "HTTP")
+    assert _ports()[get["port"]] == int(_args()["probe-port"]) == 8081
+
+
+def test_the_container_declares_the_webhook_and_probe_ports_the_server_listens_on() -> None:
+    assert _ports() == {"https": int(_args()["port"]), "http-metrics": int(_args()["probe-port"])}
+    assert _ports()["https"] == 8443
+    annotations = one("base", "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/port"] == str(_ports()["http-metrics"])
+
+
+def test_the_deployment_args_are_what_serve_accepts() -> None:
+    from webhook.cli import build_parser
+
+    args = build_parser().parse_args(_server()["args"])
+    assert args.probe_port == 8081 and args.drain_seconds > 0
+    grace = one("base", "Deployment")["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    # Drain delay, then requests in flight: each bounded by the body timeout plus 5 s.
+    assert args.drain_seconds + args.body_timeout + 5 < grace
+    assert "lifecycle" not in _server()  # the server drains by itself: no preStop sleep
 
 
 def test_the_server_reads_certificates_and_rules_where_they_are_mounted() -> None:
@@ -221,9 +244,9 @@ def test_the_rules_configmap_holds_every_rule_file_and_is_the_one_mounted() -> N
 def test_the_service_sends_port_443_to_the_webhook_pods() -> None:
     service = one("base", "Service")
     pod = one("base", "Deployment")["spec"]["template"]
-    (port,) = service["spec"]["ports"]
+    (port,) = service["spec"]["ports"]  # the webhook port only, never the probe port
     assert port["port"] == 443
-    assert port["targetPort"] in {p["name"] for p in _server()["ports"]}
+    assert _ports()[port["targetPort"]] == int(_args()["port"])
     assert LabelSelector.model_validate({"matchLabels": service["spec"]["selector"]}).matches(
         pod["metadata"]["labels"]
     )
@@ -242,6 +265,7 @@ def test_the_webhook_may_only_read_the_cluster() -> None:
         ("", "pods"),
         ("", "nodes"),
         ("", "resourcequotas"),
+        ("", "configmaps"),  # only keys that could become NVIDIA_VISIBLE_DEVICES are kept
         ("scheduling.k8s.io", "priorityclasses"),
     }
     assert all(verbs == {"get", "list", "watch"} for verbs in granted.values())
@@ -253,6 +277,51 @@ def test_the_webhook_may_only_read_the_cluster() -> None:
     ]
     pod_spec = one("base", "Deployment")["spec"]["template"]["spec"]
     assert pod_spec["serviceAccountName"] == account["metadata"]["name"]
+
+
+# --- the NetworkPolicy ---------------------------------------------------------------------------
+
+
+def _policy() -> dict[str, Any]:
+    return one("base", "NetworkPolicy")
+
+
+def _container_port(port: int | str) -> int:
+    return _ports()[port] if isinstance(port, str) else port
+
+
+def test_the_network_policy_covers_the_webhook_pods_both_ways() -> None:
+    policy = _policy()
+    pod = one("base", "Deployment")["spec"]["template"]
+    assert policy["metadata"]["namespace"] == NAMESPACE
+    assert LabelSelector.model_validate(policy["spec"]["podSelector"]).matches(
+        pod["metadata"]["labels"]
+    )
+    assert sorted(policy["spec"]["policyTypes"]) == ["Egress", "Ingress"]
+
+
+def test_the_webhook_port_is_open_to_any_source_and_the_probe_port_only_to_monitoring() -> None:
+    """The apiserver's addresses are provider-specific, so the webhook port takes any source;
+    the probe and metrics port only the monitoring namespace (the kubelet is the node)."""
+    opened: dict[int, list[Any]] = {}
+    for rule in _policy()["spec"]["ingress"]:
+        for port in rule["ports"]:
+            assert port.get("protocol", "TCP") == "TCP"
+            opened.setdefault(_container_port(port["port"]), []).append(rule.get("from"))
+    assert opened == {
+        int(_args()["port"]): [None],
+        int(_args()["probe-port"]): [
+            [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+        ],
+    }
+
+
+def test_egress_is_the_api_server_and_dns_only() -> None:
+    allowed = set()
+    for rule in _policy()["spec"]["egress"]:
+        assert "to" not in rule  # addresses are provider-specific; the ports are not
+        allowed |= {(p["port"], p.get("protocol", "TCP")) for p in rule["ports"]}
+    assert allowed == {(443, "TCP"), (6443, "TCP"), (53, "UDP"), (53, "TCP")}
 
 
 # --- the webhook configurations -----------------------------------------------------------------

@@ -67,12 +67,11 @@ def test_global_warn_mode_denies_nothing_but_still_mutates(webhook_with: Any) ->
 @pytest.mark.parametrize(
     "exemptions",
     [
-        {"podSelector": {"matchLabels": {"app": "trainer"}}},
         {"serviceAccounts": ["ml-team/trainer"]},
         {"serviceAccounts": ["ml-*/*"]},
         {"namespaces": ["ml-*"]},
     ],
-    ids=["pod labels", "service account", "service account pattern", "namespace pattern"],
+    ids=["service account", "service account pattern", "namespace pattern"],
 )
 def test_exempt_pods_are_neither_changed_nor_judged(
     webhook_with: Any, exemptions: dict[str, Any]
@@ -83,6 +82,21 @@ def test_exempt_pods_are_neither_changed_nor_judged(
     other_namespace = hook.validate(VIOLATION, namespace="web")
     if "namespaces" in exemptions or "serviceAccounts" in exemptions:
         assert not other_namespace.allowed
+
+
+def test_a_pod_label_exemption_spares_the_other_rules_but_never_gpu_access(
+    webhook_with: Any,
+) -> None:
+    """The pod's author sets its labels: they must not switch the GPU-access rules off."""
+    hook: Webhook = webhook_with(
+        {}, exemptions={"podSelector": {"matchLabels": {"app": "trainer"}}}
+    )
+    assert hook.mutate(VIOLATION).patch == []  # no toleration, /dev/shm or probe changes
+    verdict = hook.validate(VIOLATION)
+    assert not verdict.allowed
+    assert verdict.denied_rules == {"privileged-gpu"}
+    unlabelled = {**VIOLATION, "metadata": {"name": "trainer-0", "labels": {}}}
+    assert hook.mutate(unlabelled).patch != []  # without the label, the usual mutations
 
 
 def test_an_override_changes_settings_in_its_namespaces_only(webhook_with: Any) -> None:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
-from webhook.ruleset.files import RuleFileError, load_rules
+from webhook.ruleset import files, resolve
+from webhook.ruleset.files import RuleFileError, load_rules, load_rules_with_sources
 from webhook.ruleset.models import RuleSet
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,3 +97,149 @@ def test_a_rule_set_twice_in_two_files_is_refused(tmp_path: Path) -> None:
         RuleFileError, match=r"b\.yaml:2: rules\.gpu-shm is already set in .*a\.yaml"
     ):
         load_rules(folder)
+
+
+# --- rule files are read with bounded work -------------------------------------------------
+
+BILLION_LAUGHS = "\n".join(
+    ["a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    + [f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]" for i in range(8)]
+    + ["rules: {gpu-shm: {maxSize: *i}}"]
+)
+
+REFUSED = {
+    "alias bomb": (BILLION_LAUGHS, "a.yaml:1: YAML anchor &a is not allowed in rule files"),
+    "alias": (
+        "rules:\n  gpu-shm: {maxSize: 4Gi}\n  visible-devices: *x\n",
+        "a.yaml:3: YAML alias *x is not allowed",
+    ),
+    "merge key": (
+        "rules:\n  gpu-shm:\n    <<: {maxSize: 4Gi}\n",
+        "a.yaml:3: YAML merge keys (<<) are not allowed",
+    ),
+    "python tag": ("mode: !!python/object:os.system x\n", "a.yaml:1: the YAML tag"),
+    "set tag": ("gpuResources: !!set {a: null}\n", "a.yaml:1: the YAML tag tag:yaml.org,2002:set"),
+    "bad int": ("cluster:\n  maxStalenessSeconds: !!int lots\n", "a.yaml:2: 'lots' is not a valid"),
+    "impossible date": ("mode: 2024-13-45\n", "a.yaml:1: '2024-13-45' is not a valid"),
+    "mapping as key": ("? [a]\n: b\n", "a.yaml:1: a mapping key must be a plain value"),
+    "deep nesting": ("[" * 100_000 + "]" * 100_000, "a.yaml:1: nested deeper than 64 levels"),
+}
+
+
+@pytest.mark.parametrize("text,expected", REFUSED.values(), ids=REFUSED.keys())
+def test_yaml_that_could_cost_without_bound_is_refused_naming_the_line(
+    tmp_path: Path, text: str, expected: str
+) -> None:
+    folder = _folder(tmp_path, **{"a.yaml": text})
+    with pytest.raises(RuleFileError) as err:
+        load_rules(folder)
+    assert expected in str(err.value)
+    assert str(tmp_path / "a.yaml") in str(err.value)
+
+
+def test_a_rule_file_over_the_size_limit_is_refused_without_reading_it_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(files, "MAX_FILE_BYTES", 2**20)
+    folder = _folder(tmp_path, **{"a.yaml": "mode: enforce\n" + "#" * 2**20})
+    with pytest.raises(RuleFileError, match=r"a\.yaml:1: larger than 1 MiB"):
+        load_rules(folder)
+
+
+def test_the_reader_agrees_with_safe_load_on_values_and_lines(tmp_path: Path) -> None:
+    """One pass over the parser's events gives what safe_load gave, with the same lines."""
+    text = (
+        "mode: warn\n"
+        "cluster: {maxStalenessSeconds: 0x10}\n"
+        "gpuResources: ['nvidia.com/gpu', \"amd.com/gpu\"]\n"
+        "rules:\n"
+        "  gpu-shm:\n"
+        "    memoryFraction: 0.25\n"
+        "    mutate: no\n"
+        "---\n"
+        "overrides:\n"
+        "  - name: ml\n"
+        "    namespaces: [ml]\n"
+        "    rules: {gpu-shm: {maxSize: 4Gi}}\n"
+    )
+    folder = _folder(tmp_path, **{"a.yaml": text})
+    loaded = load_rules_with_sources(folder)
+    assert loaded.rules.cluster.max_staleness_seconds == 16
+    assert loaded.rules.rules.gpu_shm.memory_fraction == 0.25
+    assert loaded.rules.rules.gpu_shm.mutate is False
+    assert loaded.rules.overrides[0].rules == {"gpu-shm": {"maxSize": "4Gi"}}
+    where = str(tmp_path / "a.yaml")
+    assert loaded.lines[("rules", "gpu-shm", "mutate")] == f"{where}:7"
+    assert loaded.lines[("gpuResources", 1)] == f"{where}:3"
+    assert loaded.lines[("overrides", 0, "rules", "gpu-shm", "maxSize")] == f"{where}:12"
+    assert [d for d, _, _ in files._documents(text, "x")] == list(yaml.safe_load_all(text))
+
+
+def _overrides(count: int) -> dict[str, Any]:
+    """A big platform's overrides: mostly named namespaces, some patterns and selectors."""
+    out = []
+    for i in range(count):
+        o: dict[str, Any] = {"name": f"o{i}", "rules": {"gpu-shm": {"maxSize": f"{1 + i % 8}Gi"}}}
+        if i % 10 == 8:
+            o["namespaces"] = [f"team-{i}-*"]
+        elif i % 10 == 9:
+            o["namespaceSelector"] = {"matchLabels": {"team": f"t{i}"}}
+        else:
+            o["namespaces"] = [f"team-{i}", f"team-{i}-dev"]
+        out.append(o)
+    return {"overrides": out}
+
+
+def test_finding_a_namespaces_overrides_does_not_walk_them_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Linear reloads and O(1)-ish first requests: the namespace tests that run for one
+    namespace do not grow with the number of overrides that name other namespaces."""
+    tested: list[int] = []
+    real = resolve.OverrideMatcher.applies
+
+    def counting(self: resolve.OverrideMatcher, *args: Any) -> bool:
+        tested.append(1)
+        return real(self, *args)
+
+    monkeypatch.setattr(resolve.OverrideMatcher, "applies", counting)
+    for count in (100, 2000):
+        ruleset = RuleSet.model_validate(_overrides(count))
+        compiled = resolve.matchers(ruleset)
+        tested.clear()
+        shape = resolve.applicable(ruleset, compiled, "team-50-dev", {"team": "t59"})
+        # team-50 and team-50-dev by name, team-5*-* no (team-58-*: no), t59 by selector
+        assert [ruleset.overrides[i].name for i in shape] == ["o59", "o50"]
+        assert len(tested) <= 4, (count, len(tested))
+    # The plain walk still agrees, override for override.
+    assert shape == resolve.applicable(ruleset, tuple(compiled), "team-50-dev", {"team": "t59"})
+
+
+def test_pattern_overrides_are_found_by_their_literal_prefix() -> None:
+    ruleset = RuleSet.model_validate(
+        {
+            "overrides": [
+                {"name": "all", "namespaces": ["*"], "rules": {}},
+                {"name": "team", "namespaces": ["team-*"], "rules": {}},
+                {"name": "other", "namespaces": ["web-*"], "rules": {}},
+                {"name": "exact", "namespaces": ["team-a"], "rules": {}},
+                {"name": "mixed", "namespaces": ["x", "team-?"], "rules": {}},
+                {
+                    "name": "expr",
+                    "namespaceSelector": {
+                        "matchExpressions": [{"key": "gpu", "operator": "Exists"}]
+                    },
+                    "rules": {},
+                },
+            ]
+        }
+    )
+    compiled = resolve.matchers(ruleset)
+    for namespace, labels in (("team-a", {"gpu": "1"}), ("web-1", None), ("zzz", {})):
+        fast = resolve.applicable(ruleset, compiled, namespace, labels)
+        assert fast == resolve.applicable(ruleset, tuple(compiled), namespace, labels)
+    names = [
+        ruleset.overrides[i].name
+        for i in resolve.applicable(ruleset, compiled, "team-a", {"gpu": "1"})
+    ]
+    assert names == ["expr", "all", "team", "mixed", "exact"]

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 __all__ = ["main"]
 
+MIB = 1024 * 1024
 DEFAULT_HOSTS = (
     "localhost,127.0.0.1,gpu-admission,gpu-admission.gpu-admission,"
     "gpu-admission.gpu-admission.svc,gpu-admission.gpu-admission.svc.cluster.local"
@@ -43,9 +46,17 @@ def _certs_inject(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     from webhook.logs import setup
-    from webhook.server.app import serve
+    from webhook.server.app import Limits, serve
 
     setup(args.log_level, args.log_format)
+    limits = Limits(
+        max_body=int(args.max_body_mib * MIB),
+        body_memory=int(args.body_memory_mib * MIB),
+        max_connections=args.max_connections,
+        header_timeout=args.header_timeout,
+        body_timeout=args.body_timeout,
+        idle_timeout=args.idle_timeout,
+    )
     try:
         serve(
             host=args.host,
@@ -60,11 +71,40 @@ def _serve(args: argparse.Namespace) -> int:
             cert_check_seconds=args.cert_check_seconds,
             in_cluster=args.in_cluster
             or (not args.no_cluster and "KUBERNETES_SERVICE_HOST" in os.environ),
+            probe_port=args.probe_port or None,
+            limits=limits,
+            drain_seconds=args.drain_seconds,
+            hold_seconds=args.hold_seconds,
+            release_memory=args.release_memory,
         )
     except (OSError, ValueError) as exc:
         print(f"gpu-admission: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def _positive(kind: type[int] | type[float], *, zero: bool = False) -> Any:
+    """An argparse type: a number > 0 (or >= 0), refused with a clear message otherwise."""
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"not a{'n integer' if kind is int else ' number'}: {text!r}"
+            ) from None
+        if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+            raise argparse.ArgumentTypeError(f"must be {'>= 0' if zero else '> 0'}: {text!r}")
+        return value
+
+    return parse
+
+
+def _port(text: str) -> int:
+    value = _positive(int, zero=True)(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"not a TCP port: {text!r}")
+    return int(value)
 
 
 def _labels(text: str | None) -> dict[str, str] | None:
@@ -130,7 +170,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     srv = sub.add_parser("serve", help="serve /mutate and /validate over HTTPS")
     srv.add_argument("--host", default="127.0.0.1")
-    srv.add_argument("--port", type=int, default=8443)
+    srv.add_argument("--port", type=_port, default=8443, help="HTTPS port of /mutate and /validate")
+    srv.add_argument(
+        "--probe-port",
+        type=_port,
+        default=8081,
+        help="plain-HTTP port of /healthz, /readyz and /metrics (default: 8081); 0 serves them "
+        "on the HTTPS port instead",
+    )
     srv.add_argument("--cert", default="certs/tls.crt")
     srv.add_argument("--key", default="certs/tls.key")
     srv.add_argument("--rules", default="rules", help="folder of rule files (default: rules)")
@@ -170,6 +217,68 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-cluster", action="store_true", help="no cluster facts, even inside a pod"
     )
     srv.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    lim = srv.add_argument_group("limits per client (README, Threat model)")
+    lim.add_argument(
+        "--max-connections",
+        type=_positive(int),
+        default=256,
+        help="open connections on the HTTPS port, counted from accept; at the cap one doing no "
+        "request's work is closed to make room, or the new one refused (default: 256)",
+    )
+    lim.add_argument(
+        "--header-timeout",
+        type=_positive(float),
+        default=10.0,
+        help="seconds for the TLS handshake, and for a request head once it starts (default: 10)",
+    )
+    lim.add_argument(
+        "--body-timeout",
+        type=_positive(float),
+        default=10.0,
+        help="seconds for a request body once its head is in; then 408 (default: 10)",
+    )
+    lim.add_argument(
+        "--idle-timeout",
+        type=_positive(float),
+        default=120.0,
+        help="seconds an idle keep-alive connection stays open (default: 120, above the "
+        "apiserver's 90)",
+    )
+    lim.add_argument(
+        "--max-body-mib",
+        type=_positive(float),
+        default=8.0,
+        help="largest request body; larger gets 413 before it is read (default: 8)",
+    )
+    lim.add_argument(
+        "--body-memory-mib",
+        type=_positive(float),
+        default=64.0,
+        help="memory for bodies over 128 KiB in flight at once; beyond it such requests get "
+        "503 (default: 64)",
+    )
+    lim.add_argument(
+        "--release-memory",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="give the memory of large bodies back to the OS once they are answered (glibc: "
+        "buffers over 128 KiB mapped on their own, malloc_trim after bodies over 1 MiB; "
+        "default: on)",
+    )
+    srv.add_argument(
+        "--drain-seconds",
+        type=_positive(float, zero=True),
+        default=5.0,
+        help="on SIGTERM, fail /readyz and keep serving this long before closing the listener, "
+        "so endpoint removal reaches every client (default: 5)",
+    )
+    srv.add_argument(
+        "--hold-seconds",
+        type=_positive(float, zero=True),
+        default=30.0,
+        help="how long an admitted GPU pod's GPUs are held until the watch shows the pod "
+        "(default: 30; 0 disables holds)",
+    )
     srv.set_defaults(func=_serve)
     aud = sub.add_parser(
         "audit",

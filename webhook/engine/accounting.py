@@ -1,44 +1,47 @@
-"""What a pod holds: its GPUs by Kubernetes' own formula, and the GPU product it pins itself to.
+"""What a pod holds: its GPUs by Kubernetes' own formula, and the GPU products it could use.
 
 Quota, schedulability and the hold an admitted pod takes all count with these functions.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+import functools
+from collections.abc import Iterable
 from fractions import Fraction
 from typing import Any
 
+from webhook.engine.context import Context
 from webhook.engine.podviews import PodView
-from webhook.facts.model import GPU_PRODUCT_LABEL
+from webhook.facts.model import GPU_PRODUCT_LABEL, Facts
+from webhook.facts.nodematch import reachable_products
+from webhook.podrequest import effective_request
 
-__all__ = ["pod_gpus", "pod_product", "required_terms"]
+__all__ = ["hold_reach", "pod_gpus", "pod_product", "pod_products", "required_terms"]
 
 
 def pod_gpus(pod: PodView) -> dict[str, Fraction]:
-    """GPUs the pod holds while it runs: containers add up, init containers run one at a time.
-
-    The same max(sum(containers), max(init containers)) the scheduler uses for requests.
-    """
-    total: dict[str, Fraction] = defaultdict(Fraction)
-    init_peak: dict[str, Fraction] = defaultdict(Fraction)
+    """GPUs the pod holds while it runs, by Kubernetes' formula (`podrequest`): regular and
+    sidecar containers add up, ordinary init containers run one at a time."""
+    regular = []
+    init = []
     for c in pod.containers:
+        if c.ephemeral:
+            continue  # ephemeral containers have no resources
         asks = {**c.gpu_requests, **c.gpu_limits}  # limits win: they are what is allocated
-        for name, value in asks.items():
-            if value <= 0:
-                continue
-            if c.init:
-                init_peak[name] = max(init_peak[name], value)
-            else:
-                total[name] += value
-    return {
-        n: max(total.get(n, Fraction(0)), init_peak.get(n, Fraction(0)))
-        for n in set(total) | set(init_peak)
-    }
+        asks = {n: v for n, v in asks.items() if v > 0}
+        if c.init:
+            init.append((asks, c.sidecar))
+        else:
+            regular.append(asks)
+    return effective_request(regular, init)
 
 
 def pod_product(pod: PodView) -> str:
-    """The GPU product the pod pins itself to (nodeSelector, or one required In value)."""
+    """The GPU product the pod names itself (nodeSelector, or one required In value).
+
+    Only for wording messages: a pod reaches products it does not name (NotIn, Exists,
+    instance types, no selector at all), so budgets charge `pod_products` instead.
+    """
     selector = pod.spec.get("nodeSelector")
     if isinstance(selector, dict) and isinstance(selector.get(GPU_PRODUCT_LABEL), str):
         return str(selector[GPU_PRODUCT_LABEL])
@@ -50,8 +53,39 @@ def pod_product(pod: PodView) -> str:
     return values.pop() if len(values) == 1 else ""
 
 
+def pod_products(
+    pod: PodView, facts: Facts | None, candidates: Iterable[str] = ()
+) -> frozenset[str]:
+    """Every GPU product the pod could land on (`nodematch.reachable_products`).
+
+    `candidates` are products the caller cares about (budgeted ones): those no node carries
+    yet (a pool scaled to zero) count unless the pod's product label constraints rule them out.
+    """
+    nodes = facts.nodes if facts is not None else None
+    return reachable_products(pod.spec, nodes, pod_gpus(pod), candidates)
+
+
+@functools.lru_cache(maxsize=256)
+def _shared(products: frozenset[str]) -> tuple[str, ...]:
+    """One tuple per distinct product set: holds keep a reference, not a copy each."""
+    return tuple(sorted(products))
+
+
+def hold_reach(pod: PodView, ctx: Context) -> tuple[str, ...]:
+    """The budgeted products an admitted pod's hold is charged to until the watch sees it.
+
+    Only products some budget in force caps: no other charge is ever read, and each hold
+    stays a few words (one shared tuple).
+    """
+    budgeted = frozenset(p for budget, _ in ctx.rules.budgets for p in budget.products)
+    if not budgeted:
+        return ()
+    return _shared(pod_products(pod, ctx.facts, budgeted) & budgeted)
+
+
 def required_terms(pod: PodView) -> list[list[dict[str, Any]]]:
-    """matchExpressions of each required node-affinity term (terms are ORed)."""
+    """matchExpressions of each required node-affinity term (terms are ORed). A term with only
+    matchFields is kept as no expressions: it may match any node as far as labels tell."""
     affinity = pod.spec.get("affinity")
     if not isinstance(affinity, dict):
         return []
@@ -63,6 +97,8 @@ def required_terms(pod: PodView) -> list[list[dict[str, Any]]]:
         return []
     terms = []
     for term in required["nodeSelectorTerms"]:
-        if isinstance(term, dict) and isinstance(term.get("matchExpressions"), list):
-            terms.append([e for e in term["matchExpressions"] if isinstance(e, dict)])
+        if not isinstance(term, dict):
+            continue
+        exprs = term.get("matchExpressions")
+        terms.append([e for e in exprs if isinstance(e, dict)] if isinstance(exprs, list) else [])
     return terms

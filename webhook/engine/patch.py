@@ -45,10 +45,10 @@ def working_copy(
     `resources` maps in place; anything deeper (a probe, a list) they replace with a new object
     rather than edit. Subtrees they leave alone stay shared with the original, so copying and
     diffing cost what the mutations touched, not the size of the pod. `slots` names containers
-    kept outside the two lists (KServe's `model`), which are copied the same way.
+    kept outside the three lists (KServe's `model`), which are copied the same way.
     """
     work = dict(spec)
-    for list_name in ("initContainers", "containers"):
+    for list_name in ("initContainers", "containers", "ephemeralContainers"):
         containers = spec.get(list_name)
         if isinstance(containers, list):
             work[list_name] = [_copy_container(c) for c in containers]

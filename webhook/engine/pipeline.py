@@ -12,7 +12,8 @@ import dataclasses
 from enum import Enum
 from typing import Any
 
-from webhook.engine.accounting import pod_gpus, pod_product
+from webhook.engine.accounting import hold_reach, pod_gpus
+from webhook.engine.checks import ISOLATION_RULES
 from webhook.engine.compiled import CompiledRules, CompiledRuleSet
 from webhook.engine.context import Context
 from webhook.engine.decision import Decision, Mode, combine, unreadable
@@ -73,17 +74,43 @@ def _evaluate(
         findings,
         patch=patch,
         mutated_by=mutated_by,
-        hold=_hold(subject, views),
+        hold=_hold(subject, views, ctx),
         mutated=obj if stage is Stage.ADMIT else None,
     )
 
 
-def _exempt_pod(view: PodView, namespace: str, rules: CompiledRuleSet) -> bool:
+def _exempt(view: PodView, namespace: str, rules: CompiledRuleSet) -> PodView | None:
+    """The view as exemptions leave it: None when exempt from everything.
+
+    Labels are the pod author's to set, so a podSelector exemption never covers the GPU-access
+    rules; only namespaces and service accounts (which the platform team grants) exempt a pod
+    from those.
+    """
+    if rules.exempt_accounts is not None and rules.exempt_account(
+        namespace, view.spec.get("serviceAccountName") or "default"
+    ):
+        return None
     if rules.exempt_pods is not None and rules.exempt_pods.matches(view.labels):
-        return True
-    if rules.exempt_accounts is None:  # the usual case: no account is exempt
-        return False
-    return rules.exempt_account(namespace, view.spec.get("serviceAccountName") or "default")
+        return dataclasses.replace(view, isolation_only=True)
+    return view
+
+
+def _new_ephemeral(subject: Subject, views: list[PodView]) -> list[PodView]:
+    """pods/ephemeralcontainers: judge only the containers this update adds, for GPU access."""
+    old = subject.old_obj if isinstance(subject.old_obj, dict) else {}
+    old_spec = old.get("spec") if isinstance(old.get("spec"), dict) else {}
+    before = old_spec.get("ephemeralContainers") if isinstance(old_spec, dict) else None
+    names = (
+        {c.get("name") for c in before if isinstance(c, dict)}
+        if isinstance(before, list)
+        else set()
+    )
+    out = []
+    for view in views:
+        focus = frozenset(c.slot for c in view.containers if c.ephemeral and c.name not in names)
+        if focus:
+            out.append(dataclasses.replace(view, isolation_only=True, focus=focus))
+    return out
 
 
 def _scope(subject: Subject, rules: CompiledRuleSet) -> tuple[CompiledRules, list[PodView]]:
@@ -98,13 +125,19 @@ def _scope(subject: Subject, rules: CompiledRuleSet) -> tuple[CompiledRules, lis
     compiled = rules.for_namespace(subject.namespace, subject.namespace_labels)
     if subject.operation not in ("CREATE", "UPDATE"):
         return compiled, []
-    if subject.operation == "UPDATE" and subject.kind == "Pod":
+    ephemeral = subject.subresource == "ephemeralcontainers"
+    if subject.operation == "UPDATE" and subject.kind == "Pod" and not ephemeral:
+        return compiled, []
+    if subject.subresource and not ephemeral:
         return compiled, []
     views = pod_views(subject.obj, group=subject.group, kind=subject.kind, is_gpu=compiled.is_gpu)
-    if subject.operation == "UPDATE" and views and subject.old_obj is not None:
+    if ephemeral:
+        views = _new_ephemeral(subject, views)
+    elif subject.operation == "UPDATE" and views and subject.old_obj is not None:
         old_specs = {v.pointer: v.spec for v in _old_views(subject, compiled)}
         views = [v for v in views if old_specs.get(v.pointer) != v.spec]
-    return compiled, [v for v in views if not _exempt_pod(v, subject.namespace, rules)]
+    kept = (_exempt(v, subject.namespace, rules) for v in views)
+    return compiled, [v for v in kept if v is not None]
 
 
 def _old_views(subject: Subject, compiled: CompiledRules) -> list[PodView]:
@@ -124,10 +157,14 @@ def _mutate(
     if not mutations:
         return
     for view in views:
-        if not view.asks_gpu:
+        # GPU pods get every mutation; other pods (and pods judged for GPU access only) get
+        # those that decide for themselves, like hiding the GPUs from a pod that can reach them.
+        full = view.asks_gpu and not view.isolation_only
+        todo = [m for m in mutations if full or m.any_pod]
+        if not todo:
             continue
         work = working_copy(view.spec, (c.slot for c in view.containers))
-        for mutation in mutations:
+        for mutation in todo:
             if mutation.apply(work, view, ctx) and mutation.rule not in mutated_by:
                 mutated_by.append(mutation.rule)
         patch.extend(diff(view.spec, work, view.pointer))
@@ -146,18 +183,24 @@ def _validate(views: list[PodView], ctx: Context, with_facts: bool) -> list[tupl
         for validation, mode in active:
             if validation.gpu_only and not gpu:
                 continue
+            if view.isolation_only and validation.rule not in ISOLATION_RULES:
+                continue
             out.extend((f, mode) for f in validation.check(view, ctx))
     return out
 
 
-def _hold(subject: Subject, views: list[PodView]) -> PodGpus | None:
+def _hold(subject: Subject, views: list[PodView], ctx: Context) -> PodGpus | None:
     """What an admitted pod holds until the watch sees it: pod CREATEs with GPUs only.
 
-    Controllers are judged again when their pods are created, so they hold nothing.
+    Controllers are judged again when their pods are created, so they hold nothing. The hold
+    is charged to every budgeted product the pod could land on (`hold_reach`).
     """
     if subject.kind != "Pod" or subject.group != "" or subject.operation != "CREATE" or not views:
+        return None
+    if views[0].isolation_only:
         return None
     gpus = pod_gpus(views[0])
     if not gpus:
         return None
-    return PodGpus(subject.namespace, subject.name, "Pending", gpus, product=pod_product(views[0]))
+    reach = hold_reach(views[0], ctx)
+    return PodGpus(subject.namespace, subject.name, "Pending", gpus, reach=reach)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from webhook.podrequest import is_sidecar
 from webhook.quantity import QuantityError, parse_quantity
 
 __all__ = [
@@ -165,7 +166,7 @@ class ContainerView:
 
     raw: dict[str, Any]
     slot: tuple[str | int, ...]  # where it sits in the pod spec: ("containers", 0) or ("model",)
-    init: bool
+    init: bool  # in initContainers, sidecars included
     name: str
     field_path: str  # for messages, e.g. spec.template.spec.containers[0]
     gpu_limits: dict[str, Fraction]
@@ -174,6 +175,10 @@ class ContainerView:
     raw_gpu_requests: dict[str, Any]
     # Zero is not an ask: `nvidia.com/gpu: 0` is a common way to say "no GPU".
     asks_gpu: bool = False
+    # An init container with restartPolicy: Always: it runs beside the regular containers.
+    sidecar: bool = False
+    # In ephemeralContainers (kubectl debug): no resources, added to a running pod.
+    ephemeral: bool = False
 
     def locate(self, spec: dict[str, Any]) -> dict[str, Any]:
         """The same container inside another copy of the pod spec (a mutation's working copy)."""
@@ -187,8 +192,20 @@ class ContainerView:
     def resources(self) -> dict[str, Any]:
         return self.raw.get("resources") or {}
 
+    @property
+    def runs_alongside(self) -> bool:
+        """Runs beside the pod's main work (regular and sidecar containers), not before it."""
+        return not self.init or self.sidecar
+
     def label(self) -> str:
-        kind = "init container" if self.init else "container"
+        if self.ephemeral:
+            kind = "ephemeral container"
+        elif self.sidecar:
+            kind = "sidecar container"
+        elif self.init:
+            kind = "init container"
+        else:
+            kind = "container"
         return f'{kind} "{self.name}"'
 
 
@@ -204,6 +221,12 @@ class PodView:
     owner_kinds: tuple[str, ...]
     containers: tuple[ContainerView, ...] = field(default=())
     replicas: int = 1  # pods this template stands for at once (replicas, parallelism)
+    # Only the GPU-access rules apply: the pod is exempt by its labels (which its author
+    # controls), or this is an ephemeral-container update of a running pod.
+    isolation_only: bool = False
+    # The containers being judged (their slots); None: all. An ephemeral-container update
+    # judges only the containers it adds.
+    focus: frozenset[tuple[str | int, ...]] | None = None
 
     @property
     def asks_gpu(self) -> bool:
@@ -211,7 +234,8 @@ class PodView:
 
     @property
     def main_containers(self) -> Iterator[ContainerView]:
-        return (c for c in self.containers if not c.init)
+        """Containers that run for the pod's whole life: regular ones and sidecars."""
+        return (c for c in self.containers if c.runs_alongside and not c.ephemeral)
 
 
 def _walk(
@@ -250,9 +274,9 @@ def _gpu_quantities(
             continue
         try:
             parsed[name] = parse_quantity(value)
-        except QuantityError:
+        except QuantityError as exc:
             raise UnreadableObject(
-                f'{where}["{name}"]', f"{value!r} is not a Kubernetes quantity (e.g. 1, 2)"
+                f'{where}["{name}"]', f"{exc}; expected a Kubernetes quantity such as 1 or 2"
             ) from None
         raw[name] = value
     return parsed, raw
@@ -260,15 +284,15 @@ def _gpu_quantities(
 
 def _slots(
     spec: dict[str, Any], spec_path: str, inline: tuple[str, ...]
-) -> Iterator[tuple[tuple[str | int, ...], dict[str, Any], bool, str]]:
-    """(slot, container, is init, field path) for every container the pod spec holds."""
-    for list_name, init in (("initContainers", True), ("containers", False)):
+) -> Iterator[tuple[tuple[str | int, ...], dict[str, Any], str, str]]:
+    """(slot, container, list name, field path) for every container the pod spec holds."""
+    for list_name in ("initContainers", "containers", "ephemeralContainers"):
         where = f"{spec_path}.{list_name}"
         for i, c in enumerate(_list_of_mappings(spec.get(list_name), where)):
-            yield (list_name, i), c, init, f"{where}[{i}]"
+            yield (list_name, i), c, list_name, f"{where}[{i}]"
     for key in inline:
         if spec.get(key) is not None:
-            yield (key,), _mapping(spec[key], f"{spec_path}.{key}"), False, f"{spec_path}.{key}"
+            yield (key,), _mapping(spec[key], f"{spec_path}.{key}"), "", f"{spec_path}.{key}"
 
 
 def _containers(
@@ -278,8 +302,8 @@ def _containers(
     inline: tuple[str, ...] = (),
 ) -> tuple[ContainerView, ...]:
     views: list[ContainerView] = []
-    for slot, c, init, cpath in _slots(spec, spec_path, inline):
-        for list_field in ("env", "volumeMounts"):
+    for slot, c, list_name, cpath in _slots(spec, spec_path, inline):
+        for list_field in ("env", "envFrom", "volumeMounts"):
             _list_of_mappings(c.get(list_field), f"{cpath}.{list_field}")
         for map_field in ("securityContext", "readinessProbe", "livenessProbe", "startupProbe"):
             _mapping(c.get(map_field), f"{cpath}.{map_field}")
@@ -293,7 +317,7 @@ def _containers(
             ContainerView(
                 raw=c,
                 slot=slot,
-                init=init,
+                init=list_name == "initContainers",
                 name=name if isinstance(name, str) else str(slot[-1]),
                 field_path=cpath,
                 gpu_limits=gl,
@@ -301,6 +325,8 @@ def _containers(
                 raw_gpu_limits=rgl,
                 raw_gpu_requests=rgr,
                 asks_gpu=any(v > 0 for v in gl.values()) or any(v > 0 for v in gr.values()),
+                sidecar=list_name == "initContainers" and is_sidecar(c),
+                ephemeral=list_name == "ephemeralContainers",
             )
         )
     return tuple(views)
@@ -357,6 +383,13 @@ def pod_views(obj: Any, *, group: str, kind: str, is_gpu: Callable[[str], bool])
             owners = _owner_kinds(meta) if kind == "Pod" else (kind,)
             for list_name in ("tolerations", "volumes"):
                 _list_of_mappings(spec.get(list_name), f"{spec_path}.{list_name}")
+            for text_field in ("priorityClassName", "nodeName", "serviceAccountName"):
+                value = spec.get(text_field)
+                if value is not None and not isinstance(value, str):
+                    raise UnreadableObject(
+                        f"{spec_path}.{text_field}",
+                        f"expected a string, found {type(value).__name__}",
+                    )
             views.append(
                 PodView(
                     spec=spec,

@@ -1,8 +1,10 @@
 """The fast path: decide from the raw JSON bytes that no rule could apply, without parsing.
 
 Most pods ask for no GPU. Every rule that can fire on such a pod needs a tell-tale string in
-the object: a GPU resource name (for the GPU rules), a GPU taint key (a toleration of it),
-`NVIDIA_VISIBLE_DEVICES`, or `hostPath`. If none of them occurs in the bytes, the answer is
+the object: a GPU resource name (for the GPU rules), a GPU taint key (a toleration of it), a GPU
+node-label prefix, a keyless toleration, `nodeName`, `NVIDIA_VISIBLE_DEVICES`, or `hostPath`.
+(Clusters whose GPU nodes carry no GPU taint are the exception: the driver skips this filter
+when its facts show one.) If none of them occurs in the bytes, the answer is
 "allowed, no patch" and the object is never decoded. A marker that occurs somewhere else (an
 annotation, an argument) only costs the full path. JSON escapes (`\\/`, `\\u`) could hide a
 marker, so bytes containing them always take the full path.
@@ -20,7 +22,17 @@ from webhook.ruleset.models import RuleSet
 
 __all__ = ["markers", "might_apply"]
 
-_ALWAYS = (b"NVIDIA_VISIBLE_DEVICES", b"hostPath")
+_ALWAYS = (
+    b"NVIDIA_VISIBLE_DEVICES",
+    b"hostPath",
+    # Ways onto a GPU node without a GPU word: nodeName skips the scheduler, and a toleration
+    # with no key tolerates every taint. The apiserver writes a Toleration's fields in struct
+    # order (key first) and CRD objects with sorted keys, so a keyless one starts like this.
+    b'"nodeName"',
+    b'{"operator":"Exists"',
+    b'"effect":"NoSchedule","operator":"Exists"',
+    b'"effect":"NoExecute","operator":"Exists"',
+)
 _ESCAPES = (b"\\/", b"\\u")  # as they appear in the JSON bytes: backslash-slash, backslash-u
 
 
@@ -50,6 +62,8 @@ def markers(rules: RuleSet) -> tuple[bytes, ...] | None:
     # matches more than needed only sends that object down the full path.
     found.update(_domain(lit).encode() for lit in literals)
     found.update(_domain(k).encode() for k in taint_keys)
+    # A pod that selects GPU node labels can land on GPU nodes (the GPU-access rules).
+    found.update(_domain(p).encode() for p in rules.rules.gpu_schedulable.gpu_label_prefixes)
     # A marker that contains another is redundant: "nvidia.com/gpumem" has "nvidia.com/gpu".
     return tuple(sorted(m for m in found if not any(o != m and o in m for o in found)))
 

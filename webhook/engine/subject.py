@@ -29,6 +29,7 @@ class Subject:
     # None when unknown (no cluster facts): selectors on namespace labels then match nothing.
     namespace_labels: Mapping[str, str] | None = None
     name: str = ""  # metadata.name, else generateName, else the request's name
+    subresource: str = ""  # "ephemeralcontainers" for kubectl debug; other subresources: none
 
 
 def _metadata(obj: Any) -> dict[str, Any]:
@@ -47,6 +48,7 @@ def subject_for(
     old_obj: Any = None,
     namespace_labels: Mapping[str, str] | None = None,
     name: str = "",
+    subresource: str = "",
 ) -> Subject:
     """The engine's input for `obj`.
 
@@ -70,4 +72,5 @@ def subject_for(
         old_obj,
         namespace_labels,
         name or str(meta.get("name") or meta.get("generateName") or ""),
+        subresource,
     )

@@ -6,6 +6,12 @@ events; a watch that ends is resumed from the last resourceVersion seen; `410 Go
 history is compacted, so the kind is listed again; any other failure backs off exponentially
 and relists. Pods are reduced to `PodGpus` as they arrive (non-GPU pods are not kept), and
 per-namespace usage is updated incrementally, so reads are dict lookups at any cluster size.
+
+ConfigMaps are watched for one thing: the keys `envFrom` could turn into
+NVIDIA_VISIBLE_DEVICES. Only those keys are kept, and only for the ConfigMaps that have one,
+so thousands of ConfigMaps cost next to nothing. Secrets are not watched: a cluster-wide
+list/watch grant on Secrets is one most security teams refuse, so `Facts.secrets` stays None
+(unknown) and the isolation rules judge an `envFrom` of a Secret as possibly `all`.
 """
 
 from __future__ import annotations
@@ -15,9 +21,10 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
+from types import MappingProxyType
 from typing import Any
 
 import orjson
@@ -33,8 +40,10 @@ from webhook.facts.model import (
     PriorityClass,
     Quota,
     Usage,
+    visible_devices_keys,
 )
 from webhook.facts.reservations import Reservations
+from webhook.podrequest import effective_request, is_sidecar
 from webhook.quantity import QuantityError, parse_quantity
 
 __all__ = ["KINDS", "LiveCache", "pages", "pod_summary"]
@@ -59,21 +68,30 @@ def _extended(amounts: Any) -> dict[str, Fraction]:
     return out
 
 
+def _asks(container: Any) -> dict[str, Fraction]:
+    """One container's extended resources; requests win over limits (they must be equal)."""
+    if not isinstance(container, dict):
+        return {}
+    res = container.get("resources") or {}
+    if not isinstance(res, dict):
+        return {}
+    return {**_extended(res.get("limits")), **_extended(res.get("requests"))}
+
+
 def pod_summary(pod: dict[str, Any], node_product: Callable[[str], str]) -> PodGpus | None:
-    """A pod as the quota rules need it, or None when it holds no extended resources."""
+    """A pod as the quota rules need it, or None when it holds no extended resources.
+
+    Counted as the scheduler and ResourceQuota count it (`effective_request`): sidecars add
+    to the regular containers, ordinary init containers take the maximum.
+    """
     spec = pod.get("spec") or {}
-    total: dict[str, Fraction] = defaultdict(Fraction)
-    peak: dict[str, Fraction] = defaultdict(Fraction)
-    for key, into_peak in (("containers", False), ("initContainers", True)):
-        for c in spec.get(key) or []:
-            res = c.get("resources") or {}
-            asks = {**_extended(res.get("limits")), **_extended(res.get("requests"))}
-            for name, amount in asks.items():
-                if into_peak:
-                    peak[name] = max(peak[name], amount)
-                else:
-                    total[name] += amount
-    gpus = {n: max(total.get(n, Fraction(0)), peak.get(n, Fraction(0))) for n in {*total, *peak}}
+    regular = [_asks(c) for c in spec.get("containers") or []]
+    init = [
+        (_asks(c), isinstance(c, dict) and is_sidecar(c)) for c in spec.get("initContainers") or []
+    ]
+    if not any(regular) and not any(asks for asks, _ in init):
+        return None  # most pods of a cluster: skip the arithmetic
+    gpus = effective_request(regular, init)
     if not gpus:
         return None
     meta = pod.get("metadata") or {}
@@ -98,6 +116,9 @@ class Kind:
     name: str
     api: str  # "core" or "scheduling"
     method: str  # list function on that API class
+    # Most objects per list page, below the cache's page size: a page is held whole while it
+    # is read, and a ConfigMap may hold 1 MiB (20 of them stay far below the memory limit).
+    max_page: int | None = None
 
 
 KINDS = (
@@ -106,7 +127,11 @@ KINDS = (
     Kind("resourcequotas", "core", "list_resource_quota_for_all_namespaces"),
     Kind("priorityclasses", "scheduling", "list_priority_class"),
     Kind("pods", "core", "list_pod_for_all_namespaces"),
+    Kind("configmaps", "core", "list_config_map_for_all_namespaces", max_page=20),
 )
+
+# What a namespace without a relevant ConfigMap hands out: known, and empty.
+_NO_CONFIG_MAPS: Mapping[str, Mapping[str, str]] = MappingProxyType({})
 
 
 class Gone(Exception):
@@ -138,6 +163,9 @@ class LiveCache:
         self._classes: dict[str, PriorityClass] = {}
         self._pods: dict[tuple[str, str], PodGpus] = {}
         self._usage: dict[str, Usage] = defaultdict(Usage)
+        # namespace -> ConfigMap name -> its NVIDIA_VISIBLE_DEVICES-capable keys; a ConfigMap
+        # with none is not kept (absent = no such key, which the isolation rules read right).
+        self._config_maps: dict[str, dict[str, dict[str, str]]] = {}
         self._lock = threading.Lock()  # writers only; readers take references to whole values
         self._contact: dict[str, float] = {}  # kind -> monotonic time of last sign of life
         self._synced: set[str] = set()
@@ -154,6 +182,9 @@ class LiveCache:
     # edit them, so the `Facts` a request takes stays consistent while the watch goes on.
 
     def facts_for(self, namespace: str) -> Facts:
+        config_maps: Mapping[str, Mapping[str, str]] | None = None  # unknown until listed
+        if "configmaps" in self._synced:
+            config_maps = self._config_maps.get(namespace, _NO_CONFIG_MAPS)
         return Facts(
             namespace=namespace,
             namespace_labels=self._namespaces.get(namespace),
@@ -162,6 +193,7 @@ class LiveCache:
             priority_classes=self._classes,
             nodes=self._node_index,
             age_seconds=self.age_seconds(),
+            config_maps=config_maps,
         )
 
     def age_seconds(self) -> float | None:
@@ -197,9 +229,20 @@ class LiveCache:
             t.join(timeout)
 
     def list_once(self) -> None:
-        """One paged list of every kind and no watch: a consistent-enough one-shot snapshot."""
+        """One paged list of every kind and no watch: a consistent-enough one-shot snapshot.
+
+        ConfigMaps are optional here: an auditor who may not list them still gets an audit, and
+        `envFrom` of a ConfigMap is then judged as unknown (the facts say None).
+        """
+        from kubernetes.client.exceptions import ApiException
+
         for kind in KINDS:
-            self._list(kind)
+            try:
+                self._list(kind)
+            except ApiException as exc:
+                if kind.name != "configmaps" or exc.status != 403:
+                    raise
+                log.warning("configmaps: not allowed to list them (403); envFrom is unknown")
 
     def wait_synced(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -247,7 +290,8 @@ class LiveCache:
         """
         fresh = _Fresh(self._node_product)
         count, version = 0, ""
-        for items, meta in pages(self._list_fn(kind), self.page_size):
+        size = min(self.page_size, kind.max_page or self.page_size)
+        for items, meta in pages(self._list_fn(kind), size):
             for obj in items:
                 fresh.add(kind.name, obj)
                 count += 1
@@ -305,6 +349,8 @@ class LiveCache:
                 self._quotas = fresh.quotas
             elif kind == "priorityclasses":
                 self._classes = fresh.classes
+            elif kind == "configmaps":
+                self._config_maps = fresh.config_maps
 
     def _node_product(self, name: str) -> str:
         node = self._nodes.get(name)
@@ -345,6 +391,8 @@ class LiveCache:
                 else:
                     classes[name] = _priority_class(obj)
                 self._classes = classes
+            elif kind == "configmaps":
+                self._apply_config_map(ns, name, {} if deleted else _config_map_keys(obj))
 
     def _apply_pod(self, key: tuple[str, str], obj: dict[str, Any] | None) -> None:
         old = self._pods.pop(key, None)
@@ -358,6 +406,24 @@ class LiveCache:
             self._count(new, 1)
         if old is None and self.reservations is not None:
             self.reservations.release_for(new)
+
+    def _apply_config_map(self, ns: str, name: str, keys: dict[str, str]) -> None:
+        """A new map for the namespace when the ConfigMap's relevant keys changed; else nothing.
+
+        Most ConfigMap events (any edit of a ConfigMap without such a key) touch nothing.
+        """
+        current = self._config_maps.get(ns, {})
+        if current.get(name) == (keys or None):
+            return
+        maps = dict(current)
+        if keys:
+            maps[name] = keys
+        else:
+            maps.pop(name, None)
+        if maps:
+            self._config_maps[ns] = maps
+        else:
+            self._config_maps.pop(ns, None)
 
     def _count(self, pod: PodGpus, sign: int) -> None:
         """A new usage total for the pod's namespace; readers may hold the old one."""
@@ -396,7 +462,43 @@ def _node(obj: dict[str, Any]) -> Node:
         dict(meta.get("labels") or {}),
         _extended(status.get("allocatable")),
         bool(spec.get("unschedulable")),
+        _taints(spec.get("taints")),
     )
+
+
+# Taint effects that keep a pod off a node; PreferNoSchedule only steers the scheduler.
+_KEEPING_OFF = frozenset({"NoSchedule", "NoExecute"})
+
+
+def _taints(raw: Any) -> tuple[tuple[str, str, str], ...]:
+    """(key, value, effect) of each taint that keeps pods off the node."""
+    if not isinstance(raw, list):
+        return ()
+    return tuple(
+        (str(t.get("key") or ""), str(t.get("value") or ""), t["effect"])
+        for t in raw
+        if isinstance(t, dict) and t.get("effect") in _KEEPING_OFF
+    )
+
+
+# Longer values are cut: anyone who may create ConfigMaps could otherwise make the cache hold
+# 1 MiB per ConfigMap. A cut value ends in "…", so it never equals an allowed value (void,
+# none) and is judged as the whole value would be; 256 characters still show 6 GPU UUIDs.
+_MAX_VALUE = 256
+
+
+def _config_map_keys(obj: dict[str, Any]) -> dict[str, str]:
+    """The keys of a ConfigMap that `envFrom` could load as NVIDIA_VISIBLE_DEVICES.
+
+    Only `data`: the kubelet never turns `binaryData` into environment variables.
+    """
+    data = obj.get("data")
+    if not isinstance(data, dict):
+        return {}
+    return {
+        k: v if len(v) <= _MAX_VALUE else v[:_MAX_VALUE] + "…"
+        for k, v in visible_devices_keys(data).items()
+    }
 
 
 def _quota(obj: dict[str, Any]) -> Quota:
@@ -430,6 +532,7 @@ class _Fresh:
         self.nodes: dict[str, Node] = {}
         self.quotas: dict[str, dict[str, Quota]] = defaultdict(dict)
         self.classes: dict[str, PriorityClass] = {}
+        self.config_maps: dict[str, dict[str, dict[str, str]]] = {}
 
     def add(self, kind: str, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}
@@ -449,6 +552,10 @@ class _Fresh:
             self.quotas[quota.namespace][quota.name] = quota
         elif kind == "priorityclasses":
             self.classes[name] = _priority_class(obj)
+        elif kind == "configmaps":
+            keys = _config_map_keys(obj)
+            if keys:
+                self.config_maps.setdefault(meta.get("namespace", ""), {})[name] = keys
 
 
 def _quota_amounts(values: Any) -> dict[str, Fraction]:

@@ -17,6 +17,7 @@ from typing import Protocol
 __all__ = [
     "GPU_PRODUCT_LABEL",
     "TERMINATED",
+    "VISIBLE_DEVICES",
     "Facts",
     "FactsSource",
     "Node",
@@ -25,6 +26,8 @@ __all__ = [
     "PriorityClass",
     "Quota",
     "Usage",
+    "could_become_visible_devices",
+    "visible_devices_keys",
 ]
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -37,6 +40,8 @@ class Node:
     labels: Mapping[str, str]
     gpus: Mapping[str, Fraction]  # allocatable GPU resources only
     unschedulable: bool = False
+    # (key, value, effect) of each NoSchedule/NoExecute taint; PreferNoSchedule keeps no pod off.
+    taints: tuple[tuple[str, str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,11 +73,25 @@ class PodGpus:
     node: str = ""
     product: str = ""  # the node's GPU product once scheduled, else the pod's selector
     priority_class: str = ""
+    # A pending pod that could land on several products (an admitted pod's hold) is charged
+    # to each of them: it may land on any. Empty: `product` alone. Shared tuples, kept last
+    # so positional construction stays as it was.
+    reach: tuple[str, ...] = ()
+
+    @property
+    def products(self) -> tuple[str, ...]:
+        """The products this pod's GPUs count against."""
+        if self.reach:
+            return self.reach
+        return (self.product,) if self.product else ()
 
 
 @dataclass
 class Usage:
     """GPUs held by a namespace's non-terminated pods: by resource, and by (resource, product).
+
+    A pod counts once per resource but under every product it may hold (`PodGpus.products`):
+    a pending pod that could land on two budgeted products must not slip past either cap.
 
     A source builds one with `add` while it is private; once handed out it is never changed
     again (`plus` makes the next one), so a request holding it reads a consistent total.
@@ -84,10 +103,11 @@ class Usage:
     )
 
     def add(self, pod: PodGpus, sign: int = 1) -> None:
+        products = pod.products
         for name, amount in pod.gpus.items():
             self.by_resource[name] += sign * amount
-            if pod.product:
-                self.by_product[(name, pod.product)] += sign * amount
+            for product in products:
+                self.by_product[(name, product)] += sign * amount
 
     def plus(self, pods: Iterable[PodGpus], sign: int = 1) -> Usage:
         """A new total with `pods` added (or taken away); this one stays as it was."""
@@ -115,11 +135,19 @@ class NodeIndex:
     label prefixes, which a rule set fixes), not once per request.
     """
 
-    __slots__ = ("_pools", "nodes")
+    __slots__ = ("_by_name", "_pools", "nodes")
 
     def __init__(self, nodes: Iterable[Node] = ()) -> None:
         self.nodes: tuple[Node, ...] = tuple(nodes)
         self._pools: dict[tuple[str, ...], tuple[Node, ...]] = {}
+        self._by_name: dict[str, Node] | None = None
+
+    def node(self, name: str) -> Node | None:
+        """The node a pod is bound to (`spec.nodeName`): a dict lookup, built once per index."""
+        by_name = self._by_name
+        if by_name is None:  # two threads may both build it: same value, last one kept
+            by_name = self._by_name = {n.name: n for n in self.nodes}
+        return by_name.get(name)
 
     def pools(self, prefixes: tuple[str, ...]) -> tuple[Node, ...]:
         """Schedulable nodes grouped by their GPU labels, each with its largest allocatable."""
@@ -160,6 +188,12 @@ class Facts:
     nodes: NodeIndex
     # Seconds since the source last heard from the API server; None for a snapshot file.
     age_seconds: float | None = None
+    # ConfigMaps and Secrets of the namespace that pods may load with envFrom, each keyed by
+    # name and holding only its keys that some prefix could turn into NVIDIA_VISIBLE_DEVICES
+    # (`visible_devices_keys`); a name that is absent has no such key. None for a kind the
+    # source does not know; the isolation rules then judge such a key as possibly "all".
+    config_maps: Mapping[str, Mapping[str, str]] | None = None
+    secrets: Mapping[str, Mapping[str, str]] | None = None
 
     def priority_class(self, name: str) -> PriorityClass | None:
         return self.priority_classes.get(name)
@@ -169,3 +203,16 @@ class FactsSource(Protocol):
     """Anything that can hand out the facts for one namespace: a snapshot, a cache, a list."""
 
     def facts_for(self, namespace: str) -> Facts: ...
+
+
+VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+
+
+def could_become_visible_devices(key: str) -> bool:
+    """Whether `envFrom` with some prefix could turn this key into NVIDIA_VISIBLE_DEVICES."""
+    return bool(key) and VISIBLE_DEVICES.endswith(key)
+
+
+def visible_devices_keys(data: Mapping[str, object]) -> dict[str, str]:
+    """The only keys of a ConfigMap or Secret the rules need; the rest is never kept."""
+    return {k: v for k, v in data.items() if isinstance(v, str) and could_become_visible_devices(k)}

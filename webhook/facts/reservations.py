@@ -1,62 +1,210 @@
 """GPUs held for pods this replica admitted but the watch has not shown yet.
 
 Without holds, two creates racing for the last GPUs of a budget both pass. A hold ends when the
-watch reports a matching pod (`release_for`) or after `ttl` seconds. Drivers never take one
-for a dryRun request. Holds live in one replica: see the README for the race across replicas.
+watch reports the pod (`release_for`), or after `ttl` seconds (`expire`, called by a timer and
+before each read). Drivers never take one for a dryRun request. Holds live in one replica: see
+the README for the race across replicas.
+
+Anyone who can reach the Service can post a review that looks admitted, so the holds are
+bounded as if every sender were hostile: one hold per (namespace, pod name) — a repeated review
+replaces it, never stacks —, none longer than `ttl`, at most `max_holds` in all and
+`max_per_namespace` in one namespace (the oldest goes first), and none for a pod whose names
+or resource lists no apiserver would accept. Reads cost O(1) in the number of holds: each
+namespace keeps a running total, updated as holds come and go.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from collections import deque
-from dataclasses import replace
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+from fractions import Fraction
+from typing import TypeVar
 
-from webhook.facts.model import Facts, FactsSource, PodGpus
+from webhook.facts.model import Facts, FactsSource, PodGpus, Usage
 
 __all__ = ["Reservations", "ReservingFacts"]
 
+_Key = tuple[str, str]  # (namespace, pod name)
+K = TypeVar("K")
+
+# What a pod the apiserver accepts can carry: DNS label / subdomain lengths, and far more
+# GPU resource names and products than any real pod asks for.
+_MAX_NAMESPACE = 63
+_MAX_NAME = 253
+_MAX_RESOURCES = 16
+_MAX_PRODUCTS = 64
+_MAX_LABEL_VALUE = 63  # a product is a node label value
+
+
+@dataclass(slots=True)
+class _Hold:
+    pod: PodGpus
+    until: float
+
+
+def _shift(table: dict[K, Fraction], key: K, delta: Fraction) -> None:
+    left = table.get(key, 0) + delta
+    if left:
+        table[key] = left
+    else:  # gone, not zero: a busy namespace's total never grows with names no hold uses
+        table.pop(key, None)
+
+
+def _charge(total: Usage, pod: PodGpus, sign: int) -> None:
+    """Add (or take away) one pod in a running total."""
+    products = pod.products
+    for name, amount in pod.gpus.items():
+        _shift(total.by_resource, name, sign * amount)
+        for product in products:
+            _shift(total.by_product, (name, product), sign * amount)
+
+
+def _acceptable(pod: PodGpus) -> bool:
+    """Whether a real pod create could look like this; anything else holds nothing."""
+    return (
+        len(pod.namespace) <= _MAX_NAMESPACE
+        and len(pod.name) <= _MAX_NAME
+        and len(pod.gpus) <= _MAX_RESOURCES
+        and all(len(name) <= _MAX_NAME + 64 for name in pod.gpus)  # prefix/name
+        and len(pod.products) <= _MAX_PRODUCTS
+        and all(len(product) <= _MAX_LABEL_VALUE for product in pod.products)
+    )
+
 
 class Reservations:
-    """Holds per namespace, oldest first; every hold lives the same `ttl`, so expiry only ever
-    looks at the front of a namespace's queue."""
+    """The holds of one replica, in expiry order, with a GPU total per namespace.
 
-    def __init__(self, ttl: float = 30.0) -> None:
+    Every hold lives the same `ttl`, so insertion order is expiry order and `expire` only
+    ever looks at the front. The watch thread releases while the event loop holds and reads:
+    one lock, held for O(1) work each time (O(expired) for `expire`).
+    """
+
+    def __init__(
+        self, ttl: float = 30.0, max_holds: int = 10_000, max_per_namespace: int | None = None
+    ) -> None:
         self.ttl = ttl
-        self._held: dict[str, deque[tuple[float, PodGpus]]] = {}
+        self.max_holds = max(1, max_holds)
+        # A tenth of all holds by default: one namespace cannot evict everyone else's.
+        self.max_per_namespace = max(1, max_per_namespace or self.max_holds // 10)
+        self.dropped = 0  # holds evicted early by a cap (a metric for the server to export)
+        self._lock = threading.Lock()
+        self._order: OrderedDict[_Key, _Hold] = OrderedDict()
+        self._by_namespace: dict[str, OrderedDict[_Key, _Hold]] = {}
+        self._totals: dict[str, Usage] = {}
+
+    @property
+    def count(self) -> int:
+        """Holds in force (not `__len__`: an empty Reservations must not test false)."""
+        return len(self._order)
 
     def hold(self, pod: PodGpus, *, now: float | None = None) -> None:
+        """Hold `pod`'s GPUs for `ttl` seconds, replacing any hold of the same pod name."""
+        if self.ttl <= 0 or not pod.gpus or not _acceptable(pod):
+            return
         until = (time.monotonic() if now is None else now) + self.ttl
-        self._held.setdefault(pod.namespace, deque()).append((until, pod))
+        key = (pod.namespace, pod.name)
+        with self._lock:
+            self._drop(key)
+            ns_holds = self._by_namespace.setdefault(pod.namespace, OrderedDict())
+            if len(ns_holds) >= self.max_per_namespace:
+                self._drop(next(iter(ns_holds)))
+                self.dropped += 1
+            if len(self._order) >= self.max_holds:
+                self._drop(next(iter(self._order)))
+                self.dropped += 1
+            entry = _Hold(pod, until)
+            self._order[key] = entry
+            # The namespace's map may have gone with its last hold just above.
+            self._by_namespace.setdefault(pod.namespace, ns_holds)[key] = entry
+            _charge(self._totals.setdefault(pod.namespace, Usage({}, {})), pod, 1)
 
     def release_for(self, seen: PodGpus) -> None:
-        """The watch showed `seen`: drop the oldest hold it accounts for.
+        """The watch showed `seen`: drop the hold it accounts for.
 
-        Admission may see a pod before it has a name (generateName), so a hold matches by
-        exact name or by name prefix, and by the same GPUs.
+        Validating admission sees the final name, so the name alone decides. A hold taken
+        under a generateName prefix (`train-`) matches a pod whose name starts with it and
+        asks for the same GPUs: one lookup per "-" in the name, never a walk over holds.
         """
-        holds = self._held.get(seen.namespace)
-        if not holds:
+        ns_holds = self._by_namespace.get(seen.namespace)
+        if not ns_holds:
             return
-        for i, (_, pod) in enumerate(holds):
-            if pod.gpus == seen.gpus and (
-                pod.name == seen.name or (pod.name.endswith("-") and seen.name.startswith(pod.name))
-            ):
-                del holds[i]
-                break
-        if not holds:
-            del self._held[seen.namespace]
+        with self._lock:
+            key = (seen.namespace, seen.name)
+            if key in self._order:
+                self._drop(key)
+                return
+            for i, ch in enumerate(seen.name[:-1]):
+                if ch != "-":
+                    continue
+                key = (seen.namespace, seen.name[: i + 1])
+                entry = self._order.get(key)
+                if entry is not None and entry.pod.gpus == seen.gpus:
+                    self._drop(key)
+                    return
+
+    def expire(self, now: float | None = None) -> int:
+        """Drop every hold whose time is up; how many went. Amortised O(1) per hold."""
+        now = time.monotonic() if now is None else now
+        dropped = 0
+        with self._lock:
+            while self._order:
+                key, entry = next(iter(self._order.items()))
+                if entry.until > now:
+                    break
+                self._drop(key)
+                dropped += 1
+        return dropped
+
+    def usage(self, namespace: str) -> Usage | None:
+        """The GPUs held in `namespace` right now (a copy), or None when nothing is."""
+        if namespace not in self._totals:  # the common case, without the lock
+            return None
+        with self._lock:
+            total = self._totals.get(namespace)
+            return None if total is None else Usage(dict(total.by_resource), dict(total.by_product))
+
+    def added_to(self, usage: Usage, namespace: str) -> Usage:
+        """`usage` with this namespace's holds added: a new value, `usage` stays as it was.
+
+        Work is the size of the two totals, never the number of holds.
+        """
+        if namespace not in self._totals:
+            return usage
+        with self._lock:
+            held = self._totals.get(namespace)
+            if held is None:
+                return usage
+            out = Usage()
+            out.by_resource.update(usage.by_resource)
+            out.by_product.update(usage.by_product)
+            for name, amount in held.by_resource.items():
+                out.by_resource[name] += amount
+            for key, amount in held.by_product.items():
+                out.by_product[key] += amount
+            return out
 
     def held(self, namespace: str, now: float | None = None) -> list[PodGpus]:
-        holds = self._held.get(namespace)
-        if not holds:
-            return []
+        """The pods held in `namespace`, oldest first (for tests and debugging: O(holds))."""
         now = time.monotonic() if now is None else now
-        while holds and holds[0][0] <= now:
-            holds.popleft()
-        if not holds:
-            del self._held[namespace]
-            return []
-        return [pod for _, pod in holds]
+        with self._lock:
+            holds = self._by_namespace.get(namespace)
+            return [h.pod for h in holds.values() if h.until > now] if holds else []
+
+    def _drop(self, key: _Key) -> None:
+        """Forget one hold everywhere; the caller holds the lock."""
+        entry = self._order.pop(key, None)
+        if entry is None:
+            return
+        namespace = key[0]
+        ns_holds = self._by_namespace[namespace]
+        del ns_holds[key]
+        if ns_holds:
+            _charge(self._totals[namespace], entry.pod, -1)
+        else:  # the last one: forget the namespace altogether
+            del self._by_namespace[namespace]
+            del self._totals[namespace]
 
 
 class ReservingFacts:
@@ -68,5 +216,7 @@ class ReservingFacts:
 
     def facts_for(self, namespace: str) -> Facts:
         facts = self.base.facts_for(namespace)
-        held = self.reservations.held(namespace)
-        return replace(facts, usage=facts.usage.plus(held)) if held else facts
+        holds = self.reservations
+        holds.expire()  # amortised O(1); exact even where no timer runs (tests, the CLI)
+        usage = holds.added_to(facts.usage, namespace)
+        return facts if usage is facts.usage else replace(facts, usage=usage)

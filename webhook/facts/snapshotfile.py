@@ -1,15 +1,20 @@
 """The static cluster snapshot: a cluster's GPU facts as one YAML file, and its reader.
 
 Used by the offline audit, the tests and `make run`; the format is documented in
-`examples/cluster-snapshot.yaml`.
+`examples/cluster-snapshot.yaml`. ConfigMaps and Secrets are optional sections: without one,
+that kind is unknown (`None` in the facts), which the isolation rules read differently from
+"known, and no such key".
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Literal
 
 import yaml
@@ -27,6 +32,7 @@ from webhook.facts.model import (
     PriorityClass,
     Quota,
     Usage,
+    visible_devices_keys,
 )
 from webhook.quantity import QuantityError, parse_quantity
 
@@ -41,12 +47,19 @@ class _NamespaceDoc(_Model):
     labels: dict[str, str] = Field(default_factory=dict)
 
 
+class _TaintDoc(_Model):
+    key: str
+    value: str = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
 class _NodeDoc(_Model):
     name: str
     labels: dict[str, str] = Field(default_factory=dict)
     allocatable: dict[str, int | str] = Field(default_factory=dict)
     count: int = Field(default=1, ge=1)  # N identical nodes: name-0 .. name-(N-1)
     unschedulable: bool = False
+    taints: list[_TaintDoc] = Field(default_factory=list)
 
 
 class _QuotaDoc(_Model):
@@ -73,6 +86,19 @@ class _PodDoc(_Model):
     priority_class: str = ""
 
 
+class _ConfigMapDoc(_Model):
+    namespace: str
+    name: str
+    data: dict[str, str] = Field(default_factory=dict)
+
+
+class _SecretDoc(_Model):
+    namespace: str
+    name: str
+    data: dict[str, str] = Field(default_factory=dict)  # base64, as the API returns it
+    string_data: dict[str, str] = Field(default_factory=dict)  # plain; wins over `data`
+
+
 class SnapshotFile(_Model):
     """`gpu-admission.io/v1` ClusterSnapshot: a cluster's GPU facts as one YAML file."""
 
@@ -83,6 +109,9 @@ class SnapshotFile(_Model):
     resource_quotas: list[_QuotaDoc] = Field(default_factory=list)
     priority_classes: list[_PriorityClassDoc] = Field(default_factory=list)
     pods: list[_PodDoc] = Field(default_factory=list)
+    # None (the section left out) = this kind is not known, unlike an empty list.
+    config_maps: list[_ConfigMapDoc] | None = None
+    secrets: list[_SecretDoc] | None = None
 
 
 class SnapshotError(ValueError):
@@ -99,6 +128,30 @@ def _amounts(values: Mapping[str, int | str], where: str) -> dict[str, Fraction]
     return out
 
 
+# Namespace -> name -> the keys `envFrom` could turn into NVIDIA_VISIBLE_DEVICES.
+EnvSources = Mapping[str, Mapping[str, Mapping[str, str]]]
+_NONE_HERE: Mapping[str, Mapping[str, str]] = MappingProxyType({})
+
+
+def _env_sources(
+    items: Iterable[tuple[str, str, Mapping[str, str]]] | None,
+) -> dict[str, dict[str, dict[str, str]]] | None:
+    """(namespace, name, data) -> the relevant keys by namespace and name; None stays None.
+
+    An object with no relevant key is not kept: absent reads as "no such key", as it is.
+    """
+    if items is None:
+        return None
+    out: dict[str, dict[str, dict[str, str]]] = {}
+    for namespace, name, data in items:
+        keys = visible_devices_keys(data)
+        if keys:
+            out.setdefault(namespace, {})[name] = keys
+        elif name in out.get(namespace, {}):  # a later entry of the same name replaces it
+            del out[namespace][name]
+    return out
+
+
 class StaticSnapshot:
     """Cluster facts frozen in a file. Never stale: `age_seconds` is None."""
 
@@ -110,7 +163,11 @@ class StaticSnapshot:
         quotas: Iterable[Quota],
         priority_classes: Iterable[PriorityClass],
         pods: Iterable[PodGpus],
+        config_maps: Iterable[tuple[str, str, Mapping[str, str]]] | None = None,
+        secrets: Iterable[tuple[str, str, Mapping[str, str]]] | None = None,
     ) -> None:
+        """`config_maps` and `secrets` are (namespace, name, data) with data decoded; None
+        means the kind is unknown."""
         self._namespaces = {k: dict(v) for k, v in namespaces.items()}
         self._nodes = NodeIndex(nodes)
         grouped: dict[str, list[Quota]] = defaultdict(list)
@@ -123,6 +180,8 @@ class StaticSnapshot:
             if pod.phase not in TERMINATED:
                 self._usage[pod.namespace].add(pod)
         self._usage = dict(self._usage)
+        self._config_maps = _env_sources(config_maps)
+        self._secrets = _env_sources(secrets)
 
     def facts_for(self, namespace: str) -> Facts:
         return Facts(
@@ -132,7 +191,32 @@ class StaticSnapshot:
             usage=self._usage.get(namespace, EMPTY_USAGE),
             priority_classes=self._classes,
             nodes=self._nodes,
+            config_maps=_in(self._config_maps, namespace),
+            secrets=_in(self._secrets, namespace),
         )
+
+
+def _in(sources: EnvSources | None, namespace: str) -> Mapping[str, Mapping[str, str]] | None:
+    """One namespace's part: empty when it has none, None when the kind is unknown."""
+    return None if sources is None else sources.get(namespace, _NONE_HERE)
+
+
+# Taint effects that keep a pod off a node; PreferNoSchedule only steers the scheduler.
+_KEEPING_OFF = frozenset({"NoSchedule", "NoExecute"})
+
+
+def _secret_data(doc: _SecretDoc, where: str) -> dict[str, str]:
+    """A Secret's values as the kubelet hands them to `envFrom`: `data` decoded, then
+    `stringData` on top (the API server merges it the same way)."""
+    out: dict[str, str] = {}
+    for key, value in doc.data.items():
+        try:
+            raw = base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            raise SnapshotError(f"{where}.data.{key}: not base64") from None
+        out[key] = raw.decode("utf-8", errors="replace")
+    out.update(doc.string_data)
+    return out
 
 
 def snapshot_from_doc(doc: SnapshotFile) -> StaticSnapshot:
@@ -140,7 +224,8 @@ def snapshot_from_doc(doc: SnapshotFile) -> StaticSnapshot:
     for i, n in enumerate(doc.nodes):
         gpus = _amounts(n.allocatable, f"nodes[{i}].allocatable")
         names = [n.name] if n.count == 1 else [f"{n.name}-{k}" for k in range(n.count)]
-        nodes += [Node(name, n.labels, gpus, n.unschedulable) for name in names]
+        taints = tuple((t.key, t.value, t.effect) for t in n.taints if t.effect in _KEEPING_OFF)
+        nodes += [Node(name, n.labels, gpus, n.unschedulable, taints) for name in names]
     quotas = [
         Quota(
             q.namespace,
@@ -167,12 +252,23 @@ def snapshot_from_doc(doc: SnapshotFile) -> StaticSnapshot:
         )
         for i, p in enumerate(doc.pods)
     ]
+    config_maps = None
+    if doc.config_maps is not None:
+        config_maps = [(c.namespace, c.name, c.data) for c in doc.config_maps]
+    secrets = None
+    if doc.secrets is not None:
+        secrets = [
+            (s.namespace, s.name, _secret_data(s, f"secrets[{i}]"))
+            for i, s in enumerate(doc.secrets)
+        ]
     return StaticSnapshot(
         namespaces={k: v.labels for k, v in doc.namespaces.items()},
         nodes=nodes,
         quotas=quotas,
         priority_classes=classes,
         pods=pods,
+        config_maps=config_maps,
+        secrets=secrets,
     )
 
 

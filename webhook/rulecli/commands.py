@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import itertools
 import json
+from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 from webhook.engine.compiled import compile_rules
 from webhook.rulecli.cases import load_cases, run_case
 from webhook.ruleset.files import LoadedRules, RuleFileError, load_rules_with_sources
-from webhook.ruleset.models import RuleSet
+from webhook.ruleset.models import Override, RuleSet
 from webhook.ruleset.resolve import resolve
 from webhook.selectors import matches_any
 
@@ -25,33 +26,65 @@ def schema() -> dict[str, Any]:
     return doc
 
 
-def _overlap(a: Any, b: Any) -> str | None:
-    """Namespaces both overrides visibly select, when they are equally specific."""
-    if a.rank != b.rank:
-        return None
+def _overlap(a: Override, b: Override) -> str:
+    """Namespaces both overrides visibly select (they share a bucket, so there are some)."""
     common = sorted(set(a.namespaces) & set(b.namespaces))
     if common:
         return ", ".join(common)
-    if not a.namespaces and not b.namespaces and a.namespace_selector == b.namespace_selector:
-        return f"namespaces with labels {a.namespace_selector.describe()}"
-    return None
+    selector = a.namespace_selector
+    return f"namespaces with labels {selector.describe() if selector else 'any'}"
+
+
+def _buckets(overrides: Sequence[Override]) -> dict[tuple[object, ...], list[int]]:
+    """Overrides that can conflict, grouped: equal rank, and a namespace name (or, with no
+    names, the same selector) in common. Each override lands in one bucket per name, so the
+    grouping is linear in the rule set's size."""
+    buckets: dict[tuple[object, ...], list[int]] = defaultdict(list)
+    for i, o in enumerate(overrides):
+        if o.namespaces:
+            for name in dict.fromkeys(o.namespaces):
+                buckets[(o.rank, "name", name)].append(i)
+        else:
+            selector = o.namespace_selector
+            key = json.dumps(selector.model_dump(), sort_keys=True) if selector else ""
+            buckets[(o.rank, "selector", key)].append(i)
+    return buckets
+
+
+def _same(a: object, b: object) -> bool:
+    """One comparison of two settings' values (a seam: tests count the calls)."""
+    return a == b
 
 
 def conflicts(rules: RuleSet) -> list[str]:
-    """Equally specific overrides that select the same namespaces and set one setting twice."""
-    found = []
-    for a, b in itertools.combinations(rules.overrides, 2):
-        where = _overlap(a, b)
-        if where is None:
+    """Equally specific overrides that select the same namespaces and set one setting twice.
+
+    Linear: within a bucket each setting remembers the first value set and the first override
+    that set a different one, so every override that disagrees is reported against one earlier
+    override instead of against all of them.
+    """
+    overrides = rules.overrides
+    found: set[tuple[int, int, str, str]] = set()
+    for members in _buckets(overrides).values():
+        if len(members) < 2:
             continue
-        for rule_id in sorted(set(a.rules) & set(b.rules)):
-            for setting in sorted(set(a.rules[rule_id]) & set(b.rules[rule_id])):
-                if a.rules[rule_id][setting] != b.rules[rule_id][setting]:
-                    found.append(
-                        f"overrides {a.name!r} and {b.name!r} both set {rule_id}.{setting} for "
-                        f"{where} with equal precedence; make one more specific or merge them"
-                    )
-    return found
+        seen: dict[tuple[str, str], list[tuple[int, object]]] = {}
+        for j in members:
+            for rule_id, settings in overrides[j].rules.items():
+                for setting, value in settings.items():
+                    earlier = seen.setdefault((rule_id, setting), [])
+                    # At most two remembered values: the first, and the first that differs.
+                    other = next((i for i, v in earlier if not _same(v, value)), None)
+                    if other is not None:
+                        found.add((other, j, rule_id, setting))
+                    if len(earlier) < 2 and (not earlier or other is not None):
+                        earlier.append((j, value))
+    return [
+        f"overrides {overrides[i].name!r} and {overrides[j].name!r} both set {rule_id}.{setting} "
+        f"for {_overlap(overrides[i], overrides[j])} with equal precedence; make one more "
+        "specific or merge them"
+        for i, j, rule_id, setting in sorted(found)
+    ]
 
 
 def _load(folder: Path, out: TextIO) -> LoadedRules | None:
@@ -73,6 +106,13 @@ def check(folder: Path, out: TextIO) -> int:
     if ties:
         return 1
     rs = loaded.rules
+    if rs.exemptions.pod_selector is not None:
+        print(
+            f"note: {folder}: exemptions.podSelector does not exempt pods from the GPU-access "
+            "rules (visible-devices, privileged-gpu, host-gpu-devices): a pod's author sets its "
+            "labels. Exempt system pods by namespace or serviceAccounts instead.",
+            file=out,
+        )
     print(
         f"ok: {folder} is a valid rule set (global mode {rs.mode}, {len(rs.overrides)} overrides)",
         file=out,

@@ -3,12 +3,18 @@
 Files are merged: each top-level key and each rule id may be set in one file only, and
 `overrides` lists are concatenated in file order. Every error names the file, the line and
 the field path, and for unknown fields lists what was expected.
+
+Reading costs at most linear work in the file's size, whatever it holds: files over
+`MAX_FILE_BYTES` are refused before they are read whole, YAML anchors/aliases (the "billion
+laughs" expansion), merge keys and non-standard tags are refused at their line, and nesting
+stops at `MAX_DEPTH`.
 """
 
 from __future__ import annotations
 
 import types
 import typing
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +27,20 @@ from webhook.ruleset.models import RuleSet
 __all__ = ["LoadedRules", "RuleFileError", "load_rules", "load_rules_with_sources", "rule_files"]
 
 Path_ = tuple[str | int, ...]
+
+# Far above any real rule set (12k overrides take ~1.6 MB; a ConfigMap holds at most 1 MiB),
+# and the most a reload reads into memory per file.
+MAX_FILE_BYTES = 16 * 2**20
+# Rule files nest about 8 levels; the limit keeps every later recursive walk shallow.
+MAX_DEPTH = 64
+_NO_ANCHORS = (
+    "is not allowed in rule files: anchors and aliases can expand a small file into gigabytes "
+    "(write the settings out, or put shared settings in `rules` and differences in `overrides`)"
+)
+_STR, _SEQ, _MAP = (f"tag:yaml.org,2002:{t}" for t in ("str", "seq", "map"))
+_NODE_EVENTS = frozenset({yaml.ScalarEvent, yaml.SequenceStartEvent, yaml.MappingStartEvent})
+# libyaml's parser when built in (several times faster); the pure-Python one otherwise.
+_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class RuleFileError(ValueError):
@@ -52,16 +72,124 @@ def rule_files(folder: Path) -> list[Path]:
     )
 
 
-def _record_lines(node: yaml.Node, path: Path_, where: str, out: dict[Path_, str]) -> None:
-    out.setdefault(path, f"{where}:{node.start_mark.line + 1}")
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            child = (*path, str(key.value))
-            out[child] = f"{where}:{key.start_mark.line + 1}"
-            _record_lines(value, child, where, out)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            _record_lines(item, (*path, i), where, out)
+class _Refused(Exception):
+    """A construct rule files may not use, at a 1-based line."""
+
+    def __init__(self, line: int, message: str) -> None:
+        super().__init__(message)
+        self.line = line
+
+
+def _read(path: Path) -> str:
+    """The file's text, refusing one larger than any rule file needs before holding it all."""
+    with path.open("rb") as f:
+        data = f.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise _Refused(1, f"larger than {MAX_FILE_BYTES // 2**20} MiB; split it or trim it")
+    return data.decode("utf-8-sig")
+
+
+@dataclass
+class _Frame:
+    """An open mapping or sequence while the event stream is read."""
+
+    value: dict[Any, Any] | list[Any]
+    path: Path_
+    key: Any = None
+    key_text: str = ""  # as written: the line table's paths use it
+    key_line: int = 0
+    has_key: bool = False
+
+
+def _documents(text: str, where: str) -> Iterator[tuple[Any, int, dict[Path_, str]]]:
+    """(data, first line, field path -> "file:line") for each YAML document of a file.
+
+    One pass over the parser's events builds the data and the line table together: half the
+    work of composing and then constructing, no recursion (so no nesting can overflow a stack),
+    and anchors, aliases and merge keys are refused where they appear, before any expansion.
+    Scalars get the same tags and values as `yaml.safe_load`.
+    """
+    loader = _Loader(text)
+    try:
+        stack: list[_Frame] = []
+        lines: dict[Path_, str] = {}
+        root: Any = None
+        root_line = 1
+        while True:
+            event = loader.get_event()
+            kind = type(event)
+            if kind is yaml.SequenceEndEvent or kind is yaml.MappingEndEvent:
+                stack.pop()
+                continue
+            if kind not in _NODE_EVENTS:
+                if kind is yaml.DocumentStartEvent:
+                    stack, lines, root = [], {}, None
+                elif kind is yaml.DocumentEndEvent:
+                    yield root, root_line, lines
+                elif kind is yaml.StreamEndEvent:
+                    return
+                elif kind is yaml.AliasEvent:
+                    line = event.start_mark.line + 1
+                    raise _Refused(line, f"YAML alias *{event.anchor} {_NO_ANCHORS}")
+                continue
+            line = event.start_mark.line + 1
+            if event.anchor is not None:
+                raise _Refused(line, f"YAML anchor &{event.anchor} {_NO_ANCHORS}")
+            value: Any
+            path: Path_
+            if kind is yaml.ScalarEvent:
+                value = _scalar(loader, event, line)
+            else:
+                value = [] if kind is yaml.SequenceStartEvent else {}
+                if event.tag not in (None, "!", _SEQ if kind is yaml.SequenceStartEvent else _MAP):
+                    raise _Refused(line, f"the YAML tag {event.tag} is not allowed in rule files")
+                if len(stack) >= MAX_DEPTH:
+                    raise _Refused(line, f"nested deeper than {MAX_DEPTH} levels")
+            if not stack:
+                root, root_line, path = value, line, ()
+                lines.setdefault(path, f"{where}:{line}")
+            else:
+                top = stack[-1]
+                if isinstance(top.value, list):
+                    path = (*top.path, len(top.value))
+                    top.value.append(value)
+                    lines.setdefault(path, f"{where}:{line}")
+                elif not top.has_key:
+                    if kind is not yaml.ScalarEvent:
+                        raise _Refused(line, "a mapping key must be a plain value")
+                    top.key, top.key_text, top.key_line = value, event.value, line
+                    top.has_key = True
+                    continue
+                else:
+                    path = (*top.path, top.key_text)
+                    top.value[top.key] = value
+                    lines[path] = f"{where}:{top.key_line}"
+                    top.has_key = False
+            if kind is not yaml.ScalarEvent:
+                stack.append(_Frame(value, path))
+    finally:
+        loader.dispose()
+
+
+def _scalar(loader: Any, event: yaml.ScalarEvent, line: int) -> Any:
+    """A scalar's value, tagged the way PyYAML's composer tags it."""
+    tag = event.tag
+    if tag is None or tag == "!":
+        tag = loader.resolve(yaml.ScalarNode, event.value, event.implicit)
+    if tag == _STR:
+        return event.value  # what SafeConstructor returns for it, minus building a node
+    if tag == "tag:yaml.org,2002:merge":
+        raise _Refused(line, "YAML merge keys (<<) are not allowed in rule files")
+    construct = _Loader.yaml_constructors.get(tag)
+    if construct is None:
+        raise _Refused(line, f"the YAML tag {tag} is not allowed in rule files")
+    start: Any = event.start_mark  # libyaml's Mark type: the same fields as PyYAML's
+    end: Any = event.end_mark
+    node = yaml.ScalarNode(tag, event.value, start, end, event.style)
+    try:
+        return construct(loader, node)
+    except Exception as exc:  # `!!int x` or a date like 2024-13-45: ValueError, not YAMLError
+        raise _Refused(line, f"{event.value[:40]!r} is not a valid {tag}: {exc}") from None
 
 
 def _shift_overrides(lines: dict[Path_, str], offset: int) -> dict[Path_, str]:
@@ -125,22 +253,21 @@ def load_rules_with_sources(folder: Path | str) -> LoadedRules:
     problems: list[str] = []
     for path in rule_files(folder):
         try:
-            text = path.read_text()
-            docs = list(zip(yaml.safe_load_all(text), yaml.compose_all(text), strict=True))
+            docs = list(_documents(_read(path), str(path)))
+        except _Refused as exc:
+            problems.append(f"{path}:{exc.line}: {exc}")
+            continue
         except (yaml.YAMLError, OSError, UnicodeDecodeError) as exc:
             problems.append(f"{path}: {exc}")
             continue
-        for doc, node in docs:
+        for doc, doc_line, file_lines in docs:
             if doc is None:
                 continue
             if not isinstance(doc, dict):
                 problems.append(
-                    f"{path}:{node.start_mark.line + 1}: expected a mapping at the top, "
-                    f"found {type(doc).__name__}"
+                    f"{path}:{doc_line}: expected a mapping at the top, found {type(doc).__name__}"
                 )
                 continue
-            file_lines: dict[Path_, str] = {}
-            _record_lines(node, (), str(path), file_lines)
             for key, value in doc.items():
                 line = file_lines.get((key,), str(path))
                 if key == "overrides" and isinstance(value, list):

@@ -130,17 +130,29 @@ class ProbesRule(_Model):
     startup_period_seconds: int = Field(default=10, ge=1)
 
 
+WhenUnknown = Literal["allow", "deny"]
+
+
 class VisibleDevicesRule(_Model):
+    """NVIDIA_VISIBLE_DEVICES: the way into every GPU of a node that needs no privilege."""
+
     mode: ModeName = "enforce"
     allowed_values: list[str] = Field(default_factory=lambda: ["void", "none", ""])
+    # Set NVIDIA_VISIBLE_DEVICES=void in containers that ask for no GPU, in pods that can run
+    # on GPU nodes, when the author left it unset (their image may say "all").
+    mutate: bool = True
+    # An envFrom ConfigMap/Secret whose keys the webhook does not know may set the variable:
+    # deny, or allow with a warning.
+    when_unknown: WhenUnknown = "deny"
+
+
+# Host paths holding GPU device nodes; directories above them (/, /dev, /dev/char) count too.
+DEFAULT_DEVICE_PATHS = ["/dev/nvidia*", "/dev/dri*", "/dev/kfd", "/dev/char/*"]
 
 
 class HostDevicesRule(_Model):
     mode: ModeName = "enforce"
-    paths: list[str] = Field(default_factory=lambda: ["/dev", "/dev/nvidia*", "/dev/dri*"])
-
-
-WhenUnknown = Literal["allow", "deny"]
+    paths: list[str] = Field(default_factory=lambda: list(DEFAULT_DEVICE_PATHS))
 
 
 class QuotaBudget(_Model):
@@ -260,6 +272,7 @@ DEFAULT_EXEMPT_NAMESPACES = [
     "kube-public",
     "kube-node-lease",
     "gpu-operator",
+    "nvidia-gpu-operator",  # the GPU operator's namespace on OpenShift
     "gpu-admission",
 ]
 
@@ -274,8 +287,17 @@ class Exemptions(_Model):
     namespaces: list[str] = Field(default_factory=lambda: list(DEFAULT_EXEMPT_NAMESPACES))
     # Needs namespace labels: known with a cluster snapshot or the live cache.
     namespace_selector: LabelSelector | None = None
-    # Labels of the pod (or of the controller's pod template).
-    pod_selector: LabelSelector | None = None
+    # Labels of the pod (or of the controller's pod template). The pod's author sets them, so
+    # they never exempt from the GPU-access rules (visible-devices, privileged-gpu,
+    # host-gpu-devices): only namespaces and service accounts do.
+    pod_selector: LabelSelector | None = Field(
+        default=None,
+        description=(
+            "Labels of the pod (or of the controller's pod template). Never exempts from the "
+            "GPU-access rules (visible-devices, privileged-gpu, host-gpu-devices): a pod's "
+            "author sets its labels. Use namespaces or serviceAccounts for those."
+        ),
+    )
     # "namespace/name" of the pod's spec.serviceAccountName; patterns allowed ("gpu-*/ *").
     service_accounts: list[str] = Field(default_factory=list)
 

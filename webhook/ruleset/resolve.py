@@ -8,34 +8,94 @@ namespace are a conflict: `rules check` reports it, and the later one in file or
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from webhook.ruleset.models import Override, RuleSet, RuleSettings
-from webhook.selectors import LabelSelector, NamePatterns
+from webhook.selectors import LabelSelector, NamePatterns, is_pattern
 
-__all__ = ["OverrideMatcher", "Resolved", "applicable", "matchers", "merge", "resolve"]
+__all__ = ["Matchers", "OverrideMatcher", "Resolved", "applicable", "matchers", "merge", "resolve"]
 
 
-@dataclass(frozen=True, slots=True)
 class OverrideMatcher:
-    """An override's namespace test, compiled."""
+    """An override's namespace test, compiled on first use: with the index in `Matchers`
+    most overrides of a big rule set are never tested, so a reload need not compile a
+    regex for each of them."""
 
-    names: NamePatterns | None
-    selector: LabelSelector | None
+    __slots__ = ("_names", "namespaces", "selector")
+
+    def __init__(self, namespaces: Sequence[str], selector: LabelSelector | None) -> None:
+        self.namespaces = tuple(namespaces)
+        self.selector = selector
+        self._names: NamePatterns | None = None
+
+    @property
+    def names(self) -> NamePatterns | None:
+        if self._names is None and self.namespaces:
+            self._names = NamePatterns(self.namespaces)  # a benign race: same value either way
+        return self._names
 
     def applies(self, namespace: str, labels: Mapping[str, str] | None) -> bool:
-        if self.names is not None and not self.names.matches(namespace):
+        names = self.names
+        if names is not None and not names.matches(namespace):
             return False
         if self.selector is not None:
             return labels is not None and self.selector.matches(labels)
         return True
 
 
-def matchers(ruleset: RuleSet) -> tuple[OverrideMatcher, ...]:
-    return tuple(
-        OverrideMatcher(o.name_patterns(), o.namespace_selector) for o in ruleset.overrides
+class Matchers(tuple[OverrideMatcher, ...]):
+    """The overrides' namespace tests in file order, indexed so that finding the ones that
+    apply to a namespace costs a few lookups rather than a walk over thousands of overrides.
+
+    Exact names index by name, name patterns by their literal prefix (`team-*` under
+    `team-`: a namespace's candidates are under its own prefixes), selector-only overrides
+    by one of their matchLabels. Only what no index covers (`*-gpu`, a selector of
+    expressions alone) is tested for every namespace.
+    """
+
+    by_name: dict[str, list[int]]
+    by_prefix: dict[str, list[int]]
+    by_label: dict[tuple[str, str], list[int]]
+    scanned: tuple[int, ...]
+    ranks: tuple[tuple[int, int], ...]
+
+    def candidates(self, namespace: str, labels: Mapping[str, str] | None) -> set[int]:
+        found = set(self.scanned)
+        found.update(self.by_name.get(namespace, ()))
+        for end in range(len(namespace) + 1):
+            found.update(self.by_prefix.get(namespace[:end], ()))
+        for item in (labels or {}).items():
+            found.update(self.by_label.get(item, ()))
+        return found
+
+
+def _literal_prefix(pattern: str) -> str:
+    cut = min((i for i, ch in enumerate(pattern) if ch in "*?["), default=len(pattern))
+    return pattern[:cut]
+
+
+def matchers(ruleset: RuleSet) -> Matchers:
+    compiled = Matchers(
+        OverrideMatcher(o.namespaces, o.namespace_selector) for o in ruleset.overrides
     )
+    compiled.by_name, compiled.by_prefix, compiled.by_label = {}, {}, {}
+    scanned: list[int] = []
+    for i, o in enumerate(ruleset.overrides):
+        if o.namespaces:
+            for name in dict.fromkeys(o.namespaces):
+                if is_pattern(name):
+                    compiled.by_prefix.setdefault(_literal_prefix(name), []).append(i)
+                else:
+                    compiled.by_name.setdefault(name, []).append(i)
+        elif o.namespace_selector is not None and o.namespace_selector.match_labels:
+            label = next(iter(o.namespace_selector.match_labels.items()))
+            compiled.by_label.setdefault(label, []).append(i)
+        else:
+            scanned.append(i)
+    compiled.scanned = tuple(scanned)
+    compiled.ranks = tuple(o.rank for o in ruleset.overrides)
+    return compiled
 
 
 def applicable(
@@ -46,10 +106,17 @@ def applicable(
 ) -> tuple[int, ...]:
     """Indexes of the overrides that apply, least specific first: the namespace's *shape*.
 
-    Namespaces with the same shape get the same effective settings.
+    Namespaces with the same shape get the same effective settings. Within a rank, file
+    order (the later one wins a tie).
     """
-    found = [i for i, m in enumerate(compiled) if m.applies(namespace, labels)]
-    return tuple(sorted(found, key=lambda i: ruleset.overrides[i].rank))
+    if isinstance(compiled, Matchers):
+        candidates: Iterable[int] = compiled.candidates(namespace, labels)
+        ranks: Sequence[tuple[int, int]] = compiled.ranks
+    else:
+        candidates = range(len(compiled))
+        ranks = [o.rank for o in ruleset.overrides]
+    found = sorted(i for i in candidates if compiled[i].applies(namespace, labels))
+    return tuple(sorted(found, key=ranks.__getitem__))
 
 
 @dataclass(frozen=True)

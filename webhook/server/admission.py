@@ -13,6 +13,7 @@ from webhook.engine.compiled import CompiledRuleSet
 from webhook.engine.decision import Decision, unreadable
 from webhook.engine.pipeline import Stage, evaluate
 from webhook.engine.podviews import holds_pods
+from webhook.engine.reach import untainted_gpu_nodes
 from webhook.engine.subject import Subject, subject_for
 from webhook.facts.model import FactsSource
 from webhook.server.review import AdmissionRequest
@@ -21,11 +22,17 @@ __all__ = ["decide", "skipped", "subject_of"]
 
 
 def skipped(request: AdmissionRequest) -> bool:
-    """Requests the engine has nothing to say about: subresources, DELETE/CONNECT, other kinds."""
-    return (
-        bool(request.sub_resource)
-        or request.operation not in ("CREATE", "UPDATE")
-        or not holds_pods(request.kind.group, request.kind.kind)
+    """Requests the engine has nothing to say about: DELETE/CONNECT, other kinds, and every
+    subresource but pods/ephemeralcontainers (`kubectl debug` adds containers to a pod)."""
+    if request.sub_resource:
+        return not (
+            request.sub_resource == "ephemeralcontainers"
+            and request.kind.group == ""
+            and request.kind.kind == "Pod"
+            and request.operation == "UPDATE"
+        )
+    return request.operation not in ("CREATE", "UPDATE") or not holds_pods(
+        request.kind.group, request.kind.kind
     )
 
 
@@ -43,6 +50,7 @@ def subject_of(request: AdmissionRequest) -> Subject | Decision:
         namespace=request.namespace,
         operation=request.operation,
         old_obj=old,
+        subresource=request.sub_resource,
     )
 
 
@@ -54,7 +62,12 @@ def decide(
 ) -> tuple[Subject | None, Decision | None]:
     """The subject and the engine's decision on it; no decision when the engine need not look
     (skipped, or the fast path), no subject when the object is not JSON."""
-    if skipped(request) or not rules.might_apply(request.raw_object):
+    if skipped(request):
+        return None, None
+    if not rules.might_apply(request.raw_object) and not (
+        # GPU nodes without a GPU taint: any pod can land there, so none takes the fast path.
+        source is not None and untainted_gpu_nodes(source.facts_for(request.namespace).nodes)
+    ):
         return None, None
     subject = subject_of(request)
     if isinstance(subject, Decision):

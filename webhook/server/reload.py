@@ -1,9 +1,13 @@
 """Hot reload of the rule folder: load the new set fully, then swap it in whole, or keep the old.
 
 A ConfigMap mount updates by swapping a `..data` symlink, so the watcher fingerprints file
-*contents* reached through the symlinks rather than trusting mtimes or inotify events. The
-swap is a single attribute assignment on the event loop, and each request reads the holder
-once, so no request ever sees half of one rule set and half of another.
+*contents* reached through the symlinks rather than trusting mtimes or inotify events.
+
+Reading, validating and compiling a rule folder (`prepare`) touches only the files and the new
+objects, so the server runs it in a worker thread: a big or hostile rule set never stalls the
+event loop, and `/healthz` keeps answering. The swap (`install`) is a single attribute
+assignment made on the event loop, and each request reads the holder once, so no request ever
+sees half of one rule set and half of another.
 """
 
 from __future__ import annotations
@@ -42,10 +46,24 @@ class RuleHolder:
     digest: str = ""
 
     def refresh(self) -> bool:
-        """Load the folder if its contents changed; True when a new set went into service."""
+        """Load the folder if its contents changed; True when a new set went into service.
+
+        Both halves in the caller's thread: start-up and tests. The server's watcher runs
+        `prepare` in a worker thread and `install` on the event loop instead.
+        """
+        rules = self.prepare()
+        if rules is None:
+            return False
+        self.install(rules)
+        return True
+
+    def prepare(self) -> CompiledRuleSet | None:
+        """Read, validate and compile the folder if its contents changed; None when they did not
+        or the new set was refused (logged and counted). Safe in a worker thread: it changes
+        nothing a request reads, only the fingerprint that only the watcher reads."""
         digest = fingerprint(self.source)
         if digest == self.digest:
-            return False
+            return None
         self.digest = digest  # a broken version is reported once, not on every poll
         try:
             rules = load_rules(self.source)
@@ -53,8 +71,11 @@ class RuleHolder:
             RELOADS.labels("refused").inc()
             kept = "the previous rule set keeps serving" if self.current else "not ready"
             log.error("rule set in %s refused (%s):\n%s", self.source, kept, exc)
-            return False
-        self.current = compile_rules(rules)
+            return None
+        return compile_rules(rules)
+
+    def install(self, rules: CompiledRuleSet) -> None:
+        """Put a prepared set into service: one assignment, on the event loop."""
+        self.current = rules
         RELOADS.labels("loaded").inc()
-        log.info("rule set loaded from %s (%s)", self.source, digest[:12])
-        return True
+        log.info("rule set loaded from %s (%s)", self.source, self.digest[:12])

@@ -28,6 +28,7 @@ from webhook.engine.podviews import PodView
 
 __all__ = [
     "CLUSTER_RULES",
+    "ISOLATION_RULES",
     "MUTATIONS",
     "VALIDATIONS",
     "Mutation",
@@ -49,6 +50,7 @@ class Validation:
 class Mutation:
     rule: str
     apply: Callable[[dict[str, Any], PodView, Context], bool]  # True when it changed something
+    any_pod: bool = False  # False: GPU pods only; True: it decides itself which pods it edits
 
 
 # Order matters for mutations: limits are fixed first so later rules see the GPU in limits.
@@ -58,6 +60,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("gpu-shm", shm.add_shm),
     Mutation("gpu-probe-delays", probes.adjust_probes),
     Mutation("gpu-priority-class", priority.inject_priority_class),
+    # Runs on every pod that can reach GPU nodes, not only GPU pods (see `any_pod`).
+    Mutation("visible-devices", isolation.hide_devices, any_pod=True),
 )
 
 VALIDATIONS: tuple[Validation, ...] = (
@@ -65,7 +69,7 @@ VALIDATIONS: tuple[Validation, ...] = (
     Validation("gpu-whole-quantity", resources.whole_quantities, gpu_only=False),
     Validation("gpu-mig-mixed", resources.mig_not_mixed, gpu_only=True),
     Validation("visible-devices", isolation.visible_devices, gpu_only=False),
-    Validation("privileged-gpu", isolation.privileged_gpu, gpu_only=True),
+    Validation("privileged-gpu", isolation.privileged_gpu, gpu_only=False),
     Validation("host-gpu-devices", isolation.host_gpu_devices, gpu_only=False),
     Validation("gpu-toleration-without-gpu", placement.toleration_without_gpu, gpu_only=False),
     Validation("gpu-memory-limit", resources.memory_limit, gpu_only=True),
@@ -78,6 +82,8 @@ VALIDATIONS: tuple[Validation, ...] = (
     Validation("gpu-schedulable", schedulable.gpu_schedulable, gpu_only=True, needs_cluster=True),
 )
 
+
+ISOLATION_RULES = isolation.ISOLATION_RULES
 
 # Rules that judge nothing without cluster facts; audits list them as not checked.
 CLUSTER_RULES: tuple[str, ...] = tuple(v.rule for v in VALIDATIONS if v.needs_cluster)

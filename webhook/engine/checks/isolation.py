@@ -1,93 +1,270 @@
-"""GPU isolation: nothing may reach GPUs the device plugin did not hand it.
+"""GPU isolation: one model of how a container reaches GPU devices, one finding per way in.
 
-With the NVIDIA container toolkit, `NVIDIA_VISIBLE_DEVICES=all` in a pod that asks for no GPU
-exposes every GPU on the node. Privileged containers and hostPath mounts of the device nodes
-get around the device plugin the same way.
+A container should reach GPUs only through an allocation (resources, or a DRA claim): the
+device plugin then hands it exactly the devices it was given. Every other way in is judged here,
+in every container kind (regular, init, sidecar, ephemeral):
+
+- `NVIDIA_VISIBLE_DEVICES` (rule visible-devices): set in `env`, through `valueFrom`, through
+  `envFrom` (a ConfigMap or Secret, with or without a prefix), or left to the image, whose `ENV`
+  says `all` in every CUDA image. With the NVIDIA container toolkit's defaults, that exposes
+  every GPU on the node. `void` in a container that asks for no GPU gives it none; the mutation
+  sets it wherever the pod can reach GPU nodes and the author left it unset.
+- privileged mode (rule privileged-gpu): every device node of the host.
+- a hostPath covering the device nodes or an alias of them (rule host-gpu-devices): `/`, `/dev`,
+  `/dev/char/<major>:<minor>`, `/dev/nvidia*`, `/dev/dri*`, `/dev/kfd`.
+
+Only the env value a user set and host mounts are judged in every pod; the rest only matters
+in pods that can land on a GPU node (`reach`).
 """
 
 from __future__ import annotations
 
 import fnmatch
 import posixpath
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
-from webhook.engine.checks.resources import gpu_containers
 from webhook.engine.context import Context
 from webhook.engine.findings import Finding
-from webhook.engine.podviews import PodView
+from webhook.engine.podviews import ContainerView, PodView
+from webhook.engine.reach import can_reach_gpu_nodes
+from webhook.facts.model import VISIBLE_DEVICES
+from webhook.ruleset.models import DEFAULT_DEVICE_PATHS
 
-__all__ = ["host_gpu_devices", "privileged_gpu", "visible_devices"]
+__all__ = [
+    "ISOLATION_RULES",
+    "covers_device_nodes",
+    "hide_devices",
+    "host_gpu_devices",
+    "privileged_gpu",
+    "visible_devices",
+]
 
-VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+ISOLATION_RULES = frozenset({"visible-devices", "privileged-gpu", "host-gpu-devices"})
+HIDDEN = "void"  # the toolkit's value for "no GPU at all"
+# Device plugins, GPU operators and node agents need these ways in: say how to let them.
+SYSTEM = (
+    ". If this is a device plugin, GPU operator or node agent that needs the devices, run it in "
+    "a namespace or under a service account listed in the rule set's exemptions"
+)
+
+
+def _explicit(c: ContainerView) -> tuple[int, dict[str, Any]] | None:
+    """The `env` entry that sets the variable (the last one wins), if any: env beats envFrom."""
+    found = None
+    for i, env in enumerate(c.raw.get("env") or []):
+        if env.get("name") == VISIBLE_DEVICES:
+            found = (i, env)
+    return found
+
+
+def _source(ref: Mapping[str, Any]) -> tuple[str, str, Any] | None:
+    """("ConfigMap"|"Secret", name, prefix) of one envFrom entry."""
+    for key, kind in (("configMapRef", "ConfigMap"), ("secretRef", "Secret")):
+        target = ref.get(key)
+        if isinstance(target, dict):
+            return kind, str(target.get("name") or ""), ref.get("prefix") or ""
+    return None
+
+
+def _from_env_from(c: ContainerView, ctx: Context) -> tuple[str, str] | None:
+    """How `envFrom` may set the variable: (what was found, field), or None when it cannot.
+
+    Later entries override earlier ones, so the last source that has the key decides; a source
+    whose keys the facts do not hold may have it, and is judged as possibly `all`.
+    """
+    entries = c.raw.get("envFrom") or []
+    for i in range(len(entries) - 1, -1, -1):
+        source = _source(entries[i])
+        if source is None:
+            continue
+        kind, name, prefix = source
+        if not isinstance(prefix, str) or not VISIBLE_DEVICES.startswith(prefix):
+            continue  # this prefix can never spell the variable
+        key = VISIBLE_DEVICES[len(prefix) :]
+        field = f"{c.field_path}.envFrom[{i}]"
+        known = None
+        if ctx.facts is not None:
+            known = ctx.facts.config_maps if kind == "ConfigMap" else ctx.facts.secrets
+        shown = f"{kind} {name!r}" + (f" with prefix {prefix!r}" if prefix else "")
+        if known is None:
+            return f"possibly set by {shown} (keys unknown)", field
+        value = (known.get(name) or {}).get(key)
+        if value is None:
+            continue
+        if value in ctx.settings.visible_devices.allowed_values:
+            return None
+        return f"set to {value!r} by {shown} (key {key})", field
+    return None
+
+
+def _judged(pod: PodView) -> Iterator[ContainerView]:
+    return (c for c in pod.containers if pod.focus is None or c.slot in pod.focus)
 
 
 def visible_devices(pod: PodView, ctx: Context) -> Iterator[Finding]:
-    allowed = ctx.settings.visible_devices.allowed_values
-    for c in pod.containers:
-        for i, env in enumerate(c.raw.get("env") or []):
-            if env.get("name") != VISIBLE_DEVICES:
-                continue
+    cfg = ctx.settings.visible_devices
+    allowed = cfg.allowed_values
+    shown_allowed = ", ".join(repr(v) for v in allowed)
+    reach: bool | None = None
+    for c in _judged(pod):
+        explicit = _explicit(c)
+        if explicit is not None:
+            i, env = explicit
             field = f"{c.field_path}.env[{i}]"
             if env.get("valueFrom") is not None:
                 found = "set through valueFrom"
-            elif env.get("value") not in allowed and env.get("value") is not None:
+            elif env.get("value") is not None and env.get("value") not in allowed:
                 found = f"set to {env.get('value')!r}"
             else:
-                continue
-            shown = ", ".join(repr(v) for v in allowed)
+                continue  # env beats envFrom and the image: nothing else can set it
+            yield _finding(c, found, field, shown_allowed, advisory=False)
+            continue
+        if reach is None:
+            reach = can_reach_gpu_nodes(pod, ctx)
+        if not reach:
+            continue
+        via = _from_env_from(c, ctx)
+        if via is not None:
+            found, field = via
+            unknown = found.startswith("possibly")
+            yield _finding(
+                c, found, field, shown_allowed, advisory=unknown and cfg.when_unknown == "allow"
+            )
+        elif not c.asks_gpu:
             yield Finding(
                 rule="visible-devices",
                 summary=(
-                    f"visible-devices: {c.label()} has {VISIBLE_DEVICES} {found}; "
-                    f"expected unset or one of {shown}"
+                    f"visible-devices: {c.label()} asks for no GPU in a pod that can run on GPU "
+                    f"nodes and leaves {VISIBLE_DEVICES} to its image (CUDA images set 'all'); "
+                    f"expected {HIDDEN!r}"
                 ),
                 fix=(
-                    f"remove {field}. To get GPUs ask for them in resources.limits "
-                    "(e.g. nvidia.com/gpu: 1); the device plugin then sets this variable to the "
-                    "devices it allocated, and a hand-set value can expose every GPU on the node"
+                    f"add {{name: {VISIBLE_DEVICES}, value: {HIDDEN}}} to {c.field_path}.env "
+                    "(gpu-admission's mutating webhook adds it when it runs), or ask for a GPU "
+                    "in resources.limits if the container needs one"
                 ),
-                field=field,
+                field=f"{c.field_path}.env",
             )
+
+
+def _finding(c: ContainerView, found: str, field: str, allowed: str, *, advisory: bool) -> Finding:
+    if c.asks_gpu:
+        how = (
+            "the device plugin sets this variable to the devices it allocated, and any other "
+            "value can expose every GPU on the node"
+        )
+    else:
+        how = (
+            "to get GPUs ask for them in resources.limits (e.g. nvidia.com/gpu: 1); any other "
+            "value can expose every GPU on the node"
+        )
+    if "envFrom" in field:
+        change = (
+            f"give {field} a prefix that cannot spell {VISIBLE_DEVICES} (e.g. prefix: APP_), "
+            f"or remove that key from the source"
+        )
+    else:
+        change = f"remove {field}"
+    return Finding(
+        rule="visible-devices",
+        summary=(
+            f"visible-devices: {c.label()} has {VISIBLE_DEVICES} {found}; "
+            f"expected unset or one of {allowed}"
+        ),
+        fix=f"{change}. {how[0].upper()}{how[1:]}{SYSTEM}",
+        field=field,
+        advisory=advisory,
+    )
+
+
+def hide_devices(spec: dict[str, Any], pod: PodView, ctx: Context) -> bool:
+    """`NVIDIA_VISIBLE_DEVICES=void` for every container that asks for no GPU and leaves the
+    variable unset, in a pod that can reach GPU nodes. A value the author set is judged by
+    the validation, never overwritten; running it twice changes nothing."""
+    if not can_reach_gpu_nodes(pod, ctx):
+        return False
+    changed = False
+    for c in _judged(pod):
+        if c.asks_gpu or _explicit(c) is not None:
+            continue
+        container = c.locate(spec)
+        container["env"] = [
+            *(container.get("env") or []),
+            {"name": VISIBLE_DEVICES, "value": HIDDEN},
+        ]
+        changed = True
+    return changed
 
 
 def privileged_gpu(pod: PodView, ctx: Context) -> Iterator[Finding]:
-    for c in gpu_containers(pod):
-        sc = c.raw.get("securityContext") or {}
-        if sc.get("privileged") is True:
-            field = f"{c.field_path}.securityContext.privileged"
-            yield Finding(
-                rule="privileged-gpu",
-                summary=f"privileged-gpu: {c.label()} asks for a GPU and sets privileged: true",
-                fix=(
-                    f"remove {field}: a privileged container sees every GPU on the node, not "
-                    "only the ones allocated to it. Add the specific capabilities it needs instead"
-                ),
-                field=field,
-            )
+    """Privileged containers see every device node; only pods that can reach GPU nodes count."""
+    judged = [c for c in _judged(pod) if (c.raw.get("securityContext") or {}).get("privileged")]
+    if not judged or not can_reach_gpu_nodes(pod, ctx):
+        return
+    for c in judged:
+        if c.raw["securityContext"]["privileged"] is not True:
+            continue
+        field = f"{c.field_path}.securityContext.privileged"
+        what = "asks for a GPU" if c.asks_gpu else "runs in a pod that can run on GPU nodes"
+        yield Finding(
+            rule="privileged-gpu",
+            summary=f"privileged-gpu: {c.label()} {what} and sets privileged: true",
+            fix=(
+                f"remove {field}: a privileged container sees every GPU on the node, not only "
+                "the ones allocated to it. Add the specific capabilities it needs instead" + SYSTEM
+            ),
+            field=field,
+        )
+
+
+def normalise(path: str) -> str:
+    """The path the kubelet mounts: `//`, `/./` and `..` resolved, trailing slash dropped."""
+    if not path:
+        return path
+    out = posixpath.normpath(path)
+    return "/" + out.lstrip("/") if out.startswith("//") else out
+
+
+def covers_device_nodes(path: str, patterns: list[str]) -> bool:
+    """Whether mounting `path` exposes a device node a pattern names: the node itself, or a
+    directory above it (`/`, `/dev`, `/dev/char` all hold the GPU device nodes)."""
+    if not path.startswith("/"):
+        return False
+    if any(fnmatch.fnmatchcase(path, p) for p in patterns):
+        return True
+    above = "/" if path == "/" else path + "/"
+    return any(p.startswith(above) for p in patterns)
 
 
 def host_gpu_devices(pod: PodView, ctx: Context) -> Iterator[Finding]:
-    patterns = ctx.settings.host_gpu_devices.paths
+    # The built-in device paths always count: a rule file can add paths, not drop the aliases.
+    patterns = [*DEFAULT_DEVICE_PATHS, *ctx.settings.host_gpu_devices.paths]
+    mounted_by: dict[str, list[ContainerView]] = {}
+    for c in _judged(pod):
+        for m in c.raw.get("volumeMounts") or []:
+            mounted_by.setdefault(str(m.get("name")), []).append(c)
     for i, volume in enumerate(pod.spec.get("volumes") or []):
         host_path = volume.get("hostPath")
         if not isinstance(host_path, dict) or not isinstance(host_path.get("path"), str):
             continue
         raw = host_path["path"]
-        path = posixpath.normpath(raw) if raw else raw
-        if path.startswith("//"):
-            path = "/" + path.lstrip("/")
-        if not any(fnmatch.fnmatchcase(path, pattern) for pattern in patterns):
+        if not covers_device_nodes(normalise(raw), patterns):
             continue
-        field = f"{pod.field_path}.volumes[{i}].hostPath.path"
+        users = mounted_by.get(str(volume.get("name")), [])
+        if pod.focus is not None and not users:
+            continue  # an ephemeral update: only the new containers' mounts are new
+        who = ", ".join(c.label() for c in users) or "no container yet"
         yield Finding(
             rule="host-gpu-devices",
             summary=(
-                f"host-gpu-devices: volume {volume.get('name')!r} mounts host path {raw!r}; "
-                f"expected no host device nodes"
+                f"host-gpu-devices: volume {volume.get('name')!r} mounts host path {raw!r} "
+                f"(mounted by {who}), which holds GPU device nodes; expected no host device nodes"
             ),
             fix=(
-                f"remove the volume at {pod.field_path}.volumes[{i}] and ask for GPUs in "
-                "resources.limits; device nodes mounted from the host bypass GPU allocation"
+                f"remove the volume at {pod.field_path}.volumes[{i}] (or mount a narrower host "
+                "path) and ask for GPUs in resources.limits; device nodes mounted from the host "
+                "bypass GPU allocation" + SYSTEM
             ),
-            field=field,
+            field=f"{pod.field_path}.volumes[{i}].hostPath.path",
         )

@@ -1,16 +1,22 @@
-"""Namespace GPU budgets and native ResourceQuota: say early and plainly what will be refused."""
+"""Namespace GPU budgets and native ResourceQuota: say early and plainly what will be refused.
+
+A budget's product caps follow the pod to every product it could land on (`pod_products`),
+not just the one it names: otherwise `NotIn`, an instance type or no selector at all would
+walk past the cap onto the capped product.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from fractions import Fraction
 
-from webhook.engine.accounting import pod_gpus, pod_product
+from webhook.engine.accounting import pod_gpus, pod_product, pod_products
 from webhook.engine.checks.trust import trusted_facts, unknown_facts
 from webhook.engine.context import Context
 from webhook.engine.findings import Finding
 from webhook.engine.podviews import PodView
-from webhook.facts.model import Facts, Usage
+from webhook.facts.model import GPU_PRODUCT_LABEL, Facts, NodeIndex, Usage
+from webhook.facts.nodematch import Placement
 from webhook.quantity import show
 from webhook.ruleset.models import QuotaBudget
 
@@ -33,18 +39,96 @@ def matching_budgets(ctx: Context, facts: Facts) -> list[QuotaBudget]:
     return out
 
 
+def _alternatives(
+    pod: PodView,
+    name: str,
+    per: Fraction,
+    total: Fraction,
+    usage: Usage,
+    budget: QuotaBudget,
+    nodes: NodeIndex,
+) -> list[str]:
+    """Products to pin the pod to instead: a node there fits one pod, the pod's own affinity
+    does not rule them out, and this budget still has room on them."""
+    spec = dict(pod.spec)
+    selector = spec.get("nodeSelector")
+    if isinstance(selector, dict):  # the product in nodeSelector is what the user would change
+        spec["nodeSelector"] = {k: v for k, v in selector.items() if k != GPU_PRODUCT_LABEL}
+    free = Placement.of(spec)
+    out = set()
+    for pool in nodes.pools((GPU_PRODUCT_LABEL,)):
+        product = pool.labels.get(GPU_PRODUCT_LABEL, "")
+        if not product or pool.gpus.get(name, Fraction(0)) < per:
+            continue
+        if not free.allows_product(product):
+            continue
+        cap = budget.products.get(product, {}).get(name)
+        if cap is None or usage.by_product.get((name, product), Fraction(0)) + total <= cap:
+            out.add(product)
+    return sorted(out)
+
+
+def _product_fix(
+    pod: PodView,
+    ctx: Context,
+    product: str,
+    name: str,
+    left: Fraction,
+    budget: QuotaBudget,
+    others: list[str],
+) -> str:
+    """How to get past a product cap: pin another product, ask less, wait, or raise it.
+
+    A pod that never named the product is told why the cap applies to it at all.
+    """
+    scope = f"{name} on {product}"
+    node = pod.spec.get("nodeName")
+    pin = ""
+    if node:
+        pin = f"set {pod.field_path}.nodeName to a node of another product, or "
+    elif others:
+        more = f" (or {', '.join(others[1:4])})" if len(others) > 1 else ""
+        pin = (
+            f"set {pod.field_path}.nodeSelector {GPU_PRODUCT_LABEL}: {others[0]}{more} to run "
+            "elsewhere, or "
+        )
+    rest = (
+        f"{pin}ask for at most {show(left)} {scope}, wait for running GPU pods in "
+        f"{ctx.namespace} to finish, or ask the platform team to raise budget {budget.name!r}"
+    )
+    if node:
+        why = f"the pod names node {node} ({GPU_PRODUCT_LABEL}: {product})"
+    elif pod_product(pod) != product:
+        why = (
+            f"the pod could be scheduled onto {product} (its nodeSelector and required node "
+            "affinity allow nodes of that product)"
+        )
+    else:
+        return rest
+    return f"{why}, so that product's cap applies. {rest[0].upper()}{rest[1:]}"
+
+
 def _over_budget(
-    pod: PodView, ctx: Context, ask: dict[str, Fraction], usage: Usage, budget: QuotaBudget
+    pod: PodView,
+    ctx: Context,
+    ask: dict[str, Fraction],
+    usage: Usage,
+    budget: QuotaBudget,
+    reach: frozenset[str],
+    nodes: NodeIndex,
 ) -> Iterator[Finding]:
-    """Usage + ask against one budget; for a controller, replicas x ask, as advice only."""
+    """Usage + ask against one budget; for a controller, replicas x ask, as advice only.
+
+    A product cap applies to every product the pod could land on (`reach`): the pod must fit
+    under each, since the scheduler may put it on any of them.
+    """
     pods = pod.replicas if ctx.kind != "Pod" else 1
     what = "this pod asks {n}" if pods == 1 else f"{pods} pods x {{per}} = {{n}}"
-    product = pod_product(pod)
     limits = [
         (name, Fraction(cap), usage.by_resource.get(name, Fraction(0)), "")
         for name, cap in budget.limits.items()
     ]
-    if product in budget.products:
+    for product in sorted(reach.intersection(budget.products)):
         limits += [
             (name, Fraction(cap), usage.by_product.get((name, product), Fraction(0)), product)
             for name, cap in budget.products[product].items()
@@ -58,17 +142,23 @@ def _over_budget(
             continue
         scope = f"{name} on {prod}" if prod else name
         asked = what.format(n=show(total), per=show(per))
+        left = max(cap - used, Fraction(0))
+        if prod:
+            others = _alternatives(pod, name, per, total, usage, budget, nodes)
+            fix = _product_fix(pod, ctx, prod, name, left, budget, others)
+        else:
+            fix = (
+                f"ask for at most {show(left)} {scope}, wait for running GPU pods in "
+                f"{ctx.namespace} to finish, or ask the platform team to raise budget "
+                f"{budget.name!r}"
+            )
         yield Finding(
             rule=RULE,
             summary=(
                 f"{RULE}: namespace {ctx.namespace} uses {show(used)} of {show(cap)} {scope}; "
                 f"{asked}"
             ),
-            fix=(
-                f"ask for at most {show(max(cap - used, Fraction(0)))} {scope}, wait for running "
-                f"GPU pods in {ctx.namespace} to finish, or ask the platform team to raise "
-                f"budget {budget.name!r}"
-            ),
+            fix=fix,
             field=f"{pod.field_path}.containers",
             advisory=ctx.kind != "Pod",  # controllers: their pods are judged when created
         )
@@ -126,8 +216,10 @@ def gpu_quota(pod: PodView, ctx: Context) -> Iterator[Finding]:
         return
     budgets = matching_budgets(ctx, facts)
     usage = facts.usage
+    budgeted = {p for budget in budgets for p in budget.products}
+    reach = pod_products(pod, facts, budgeted) if budgeted else frozenset()
     for budget in budgets:
-        yield from _over_budget(pod, ctx, ask, usage, budget)
+        yield from _over_budget(pod, ctx, ask, usage, budget, reach, facts.nodes)
     if cfg.native_quota:
         yield from _native(pod, ctx, ask, facts)
     if cfg.require_quota and not _has_gpu_quota(budgets, facts, ctx):

@@ -139,7 +139,7 @@ def memory_limit(pod: PodView, ctx: Context) -> Iterator[Finding]:
 
 def init_container_gpu(pod: PodView, ctx: Context) -> Iterator[Finding]:
     for c in pod.containers:
-        if c.init and c.asks_gpu:
+        if c.init and not c.sidecar and c.asks_gpu:
             yield Finding(
                 rule="gpu-init-container",
                 summary=f"gpu-init-container: {c.label()} asks for a GPU",
@@ -152,5 +152,5 @@ def init_container_gpu(pod: PodView, ctx: Context) -> Iterator[Finding]:
 
 
 def gpu_containers(pod: PodView) -> list[ContainerView]:
-    """Regular containers that ask for a GPU: the ones that get /dev/shm and probe changes."""
+    """Regular and sidecar containers that ask for a GPU: they get /dev/shm and probe changes."""
     return [c for c in pod.main_containers if c.asks_gpu]

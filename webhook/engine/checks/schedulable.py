@@ -4,7 +4,7 @@ there, a GPU resource no node offers. The message lists what the cluster does ha
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from fractions import Fraction
 from typing import Any
 
@@ -14,33 +14,12 @@ from webhook.engine.context import Context
 from webhook.engine.findings import Finding
 from webhook.engine.podviews import PodView
 from webhook.facts.model import Node
+from webhook.facts.nodematch import expr_matches
 from webhook.quantity import show
 
 __all__ = ["gpu_schedulable"]
 
 RULE = "gpu-schedulable"
-
-
-def _expr_matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    key, op = expr.get("key"), expr.get("operator")
-    if not isinstance(key, str):
-        return False
-    values = [v for v in expr.get("values") or [] if isinstance(v, str)]
-    if op == "In":
-        return labels.get(key) in values
-    if op == "NotIn":
-        return labels.get(key) not in values
-    if op == "Exists":
-        return key in labels
-    if op == "DoesNotExist":
-        return key not in labels
-    if op in ("Gt", "Lt") and values and key in labels:
-        try:
-            have, want = int(labels[key]), int(values[0])
-        except ValueError:
-            return False
-        return have > want if op == "Gt" else have < want
-    return False
 
 
 def _is_gpu_label(key: Any, prefixes: list[str]) -> bool:
@@ -72,7 +51,7 @@ def _selected(pod: PodView, nodes: list[Node], prefixes: list[str]) -> tuple[lis
         n
         for n in nodes
         if all(n.labels.get(k) == v for k, v in wanted.items())
-        and (not terms or any(all(_expr_matches(e, n.labels) for e in t) for t in terms))
+        and (not terms or any(all(expr_matches(e, n.labels) for e in t) for t in terms))
     ]
     return chosen, "; ".join(parts)
 

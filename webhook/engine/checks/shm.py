@@ -31,10 +31,10 @@ def _memory_limit(c: ContainerView) -> Fraction | None:
         return None
     try:
         return parse_quantity(limits["memory"])
-    except QuantityError:
+    except QuantityError as exc:
         raise UnreadableObject(
             f"{c.field_path}.resources.limits.memory",
-            f"{limits['memory']!r} is not a Kubernetes quantity (e.g. 64Gi)",
+            f"{exc}; expected a Kubernetes quantity such as 64Gi",
         ) from None
 
 
@@ -56,7 +56,13 @@ def shm_size(c: ContainerView, ctx: Context) -> int:
 
 
 def _free_volume_name(spec: dict[str, Any], base: str) -> str:
-    taken = {v.get("name") for v in spec.get("volumes") or []}
+    volumes = spec.get("volumes")
+    # A forged review may carry any JSON here: only string names can clash with ours.
+    taken = {
+        v["name"]
+        for v in (volumes if isinstance(volumes, list) else ())
+        if isinstance(v, dict) and isinstance(v.get("name"), str)
+    }
     if base not in taken:
         return base
     n = 1
@@ -70,7 +76,11 @@ def add_shm(spec: dict[str, Any], pod: PodView, ctx: Context) -> bool:
 
     Existing volumes and mounts are never changed: a container that mounts anything at
     /dev/shm already made its choice (the hygiene rule reports it when not memory-backed).
+    A pod with `hostIPC: true` shares the host's /dev/shm on purpose: an emptyDir over it
+    would undo that choice.
     """
+    if spec.get("hostIPC") is True:
+        return False
     needing = [c for c in gpu_containers(pod) if not mounts_shm(c.raw)]
     if not needing:
         return False

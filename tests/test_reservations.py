@@ -1,0 +1,196 @@
+"""GPU holds: released by the watch, gone after their time, bounded against forged reviews,
+and read in O(1) however many there are."""
+
+from __future__ import annotations
+
+import time
+from fractions import Fraction
+
+import pytest
+
+from webhook.facts import reservations as reservations_module
+from webhook.facts.model import Facts, NodeIndex, PodGpus, Usage
+from webhook.facts.reservations import Reservations, ReservingFacts
+
+GPU = "nvidia.com/gpu"
+H100 = "NVIDIA-H100-80GB-HBM3"
+
+
+def pod(
+    name: str, gpus: int = 1, namespace: str = "ml", product: str = "", reach: tuple[str, ...] = ()
+) -> PodGpus:
+    return PodGpus(namespace, name, "Pending", {GPU: Fraction(gpus)}, product=product, reach=reach)
+
+
+def held_gpus(r: Reservations, namespace: str = "ml") -> Fraction:
+    total = r.usage(namespace)
+    return total.by_resource.get(GPU, Fraction(0)) if total is not None else Fraction(0)
+
+
+class Snapshot:
+    """A base source with 3 GPUs in use in every namespace."""
+
+    def facts_for(self, namespace: str) -> Facts:
+        usage = Usage(by_resource={GPU: Fraction(3)}, by_product={(GPU, H100): Fraction(3)})
+        return Facts(namespace, {}, (), usage, {}, NodeIndex())
+
+
+def test_a_hold_counts_until_its_time_is_up() -> None:
+    r = Reservations(ttl=30)
+    r.hold(pod("a", 2), now=100.0)
+    assert held_gpus(r) == 2
+    assert r.expire(now=129.9) == 0
+    assert held_gpus(r) == 2
+    assert r.expire(now=130.0) == 1
+    assert r.usage("ml") is None and r.count == 0
+
+
+def test_expiry_drops_holds_in_every_namespace_and_forgets_the_namespaces() -> None:
+    r = Reservations(ttl=10)
+    for i in range(50):
+        r.hold(pod("p", namespace=f"gone-{i}"), now=float(i))
+    assert r.expire(now=30.0) == 21  # held at 0..20, due at 10..30
+    assert r.count == 29
+    assert r.expire(now=1000.0) == 29
+    assert not r._by_namespace and not r._totals  # nothing left for namespaces never seen again
+
+
+def test_a_repeated_review_for_one_pod_replaces_its_hold_never_stacks() -> None:
+    r = Reservations(ttl=30)
+    for i in range(100):
+        r.hold(pod("forged", 8), now=float(i))
+    assert r.count == 1
+    assert held_gpus(r) == 8  # one pod's worth
+    assert r.expire(now=99.0 + 29.9) == 0  # the last one counts from its own time...
+    assert r.expire(now=99.0 + 30.0) == 1  # ...and never longer than ttl after it
+
+
+def test_a_replacement_with_other_gpus_recounts_the_total() -> None:
+    r = Reservations(ttl=30)
+    r.hold(pod("p", 4, product=H100), now=0.0)
+    r.hold(pod("p", 1), now=1.0)
+    total = r.usage("ml")
+    assert total is not None
+    assert total.by_resource == {GPU: 1}
+    assert total.by_product == {}  # the H100 amount went with the old hold, not left at 0
+
+
+def test_holds_are_capped_in_all_and_the_oldest_goes_first() -> None:
+    r = Reservations(ttl=30, max_holds=10, max_per_namespace=10)
+    for i in range(25):
+        r.hold(pod(f"p{i}", namespace=f"ns{i % 5}"), now=float(i))
+    assert r.count == 10
+    assert r.dropped == 15
+    kept = sorted(p.name for ns in range(5) for p in r.held(f"ns{ns}", now=0.0))
+    assert kept == sorted(f"p{i}" for i in range(15, 25))
+    assert sum(held_gpus(r, f"ns{ns}") for ns in range(5)) == 10
+
+
+def test_one_namespace_cannot_take_every_hold() -> None:
+    r = Reservations(ttl=30, max_holds=100, max_per_namespace=5)
+    r.hold(pod("victim", namespace="other"), now=0.0)
+    for i in range(1000):
+        r.hold(pod(f"flood-{i}", namespace="attacker"), now=1.0)
+    assert len(r.held("attacker", now=1.0)) == 5
+    assert held_gpus(r, "attacker") == 5
+    assert [p.name for p in r.held("other", now=1.0)] == ["victim"]
+
+
+def test_the_default_namespace_cap_is_a_tenth_of_all_holds() -> None:
+    assert Reservations(max_holds=10_000).max_per_namespace == 1_000
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        pod("x" * 254),
+        pod("p", namespace="n" * 64),
+        PodGpus("ml", "p", "Pending", {f"r{i}.shared": Fraction(1) for i in range(100)}),
+        pod("p", reach=tuple(f"product-{i}" for i in range(1000))),
+        pod("p", product="x" * 64),
+        PodGpus("ml", "p", "Pending", {}),
+    ],
+    ids=[
+        "long name",
+        "long namespace",
+        "many resources",
+        "many products",
+        "long product",
+        "no gpus",
+    ],
+)
+def test_a_pod_no_apiserver_would_send_holds_nothing(forged: PodGpus) -> None:
+    r = Reservations(ttl=30)
+    r.hold(forged, now=0.0)
+    assert r.count == 0
+
+
+def test_the_watch_releases_a_hold_by_name() -> None:
+    r = Reservations(ttl=30)
+    r.hold(pod("train-0", 2), now=0.0)
+    r.hold(pod("train-1", 2), now=0.0)
+    r.release_for(PodGpus("ml", "train-0", "Running", {GPU: Fraction(2)}))
+    assert [p.name for p in r.held("ml", now=0.0)] == ["train-1"]
+    assert held_gpus(r) == 2
+    r.release_for(PodGpus("other", "train-1", "Running", {GPU: Fraction(2)}))  # other namespace
+    assert held_gpus(r) == 2
+
+
+def test_a_generate_name_hold_is_released_by_the_pod_that_got_the_name() -> None:
+    r = Reservations(ttl=30)
+    r.hold(pod("train-", 2), now=0.0)
+    r.release_for(PodGpus("ml", "train-x7k2q", "Pending", {GPU: Fraction(1)}))  # other GPUs
+    assert r.count == 1
+    r.release_for(PodGpus("ml", "train-x7k2q", "Pending", {GPU: Fraction(2)}))
+    assert r.count == 0 and r.usage("ml") is None
+
+
+def test_a_hold_period_of_zero_disables_holds() -> None:
+    r = Reservations(ttl=0)
+    r.hold(pod("a", 4), now=0.0)
+    assert r.count == 0
+    source = ReservingFacts(Snapshot(), r)
+    assert source.facts_for("ml").usage.by_resource[GPU] == 3
+
+
+def test_facts_count_the_holds_of_their_namespace_only() -> None:
+    r = Reservations(ttl=30)
+    source = ReservingFacts(Snapshot(), r)
+    r.hold(pod("a", 2, product=H100))
+    r.hold(pod("b", 1, namespace="web"))
+    facts = source.facts_for("ml")
+    assert facts.usage.by_resource[GPU] == 5
+    assert facts.usage.by_product[(GPU, H100)] == 5
+    assert source.facts_for("quiet").usage.by_resource[GPU] == 3
+    before = facts.usage.by_resource[GPU]
+    r.hold(pod("c", 4))
+    assert facts.usage.by_resource[GPU] == before  # handed-out facts never change
+
+
+def test_reading_facts_does_no_work_per_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+    """O(1) reads: the total is kept as holds come and go, never summed over them."""
+    charged: list[int] = []
+    real = reservations_module._charge
+
+    def counting(total: Usage, p: PodGpus, sign: int) -> None:
+        charged.append(sign)
+        real(total, p, sign)
+
+    monkeypatch.setattr(reservations_module, "_charge", counting)
+    r = Reservations(ttl=30)
+    source = ReservingFacts(Snapshot(), r)
+    for i in range(500):
+        r.hold(pod(f"p{i}"), now=1e12)  # far in the future: nothing expires on read
+    assert len(charged) == 500  # one update per hold taken
+    charged.clear()
+    for _ in range(100):
+        assert source.facts_for("ml").usage.by_resource[GPU] == 503
+    assert charged == []
+
+
+def test_facts_drop_expired_holds_even_without_the_timer() -> None:
+    r = Reservations(ttl=30)
+    source = ReservingFacts(Snapshot(), r)
+    r.hold(pod("a", 2), now=time.monotonic() - 31)
+    assert source.facts_for("ml").usage.by_resource[GPU] == 3
+    assert r.count == 0

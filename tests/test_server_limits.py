@@ -1,0 +1,513 @@
+"""Bounded work per client: the real listeners (TLS and plain) in-process, real sockets.
+
+Each test starts the webhook and probe ports of `webhook.server.app` on 127.0.0.1 with small
+limits, and talks to them as a (mis)behaving client would: raw HTTP/1.1 over TLS, so a test
+can stall mid-head or mid-body. Nothing here measures speed: a limit holds when the server
+cuts the client at all (the client would otherwise finish), bench/abuse.py has the numbers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import ssl
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from conftest import ROOT, review_for
+
+from webhook.server import app as server_app
+from webhook.server.app import (
+    STATE,
+    Limits,
+    Servers,
+    ServerState,
+    make_app,
+    make_probe_app,
+    make_ssl_context,
+    start_servers,
+)
+from webhook.server.reload import RuleHolder
+
+FAST = Limits(header_timeout=0.3, body_timeout=0.3, idle_timeout=0.3, max_connections=8, linger=0.1)
+# How long a client waits for something the server must do; far above every limit above.
+PATIENCE = 5.0
+
+GPU_POD = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "train", "namespace": "ml-team"},
+    "spec": {
+        "containers": [
+            {
+                "name": "main",
+                "image": "pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime",
+                "resources": {"limits": {"nvidia.com/gpu": "1", "memory": "8Gi"}},
+            }
+        ]
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def holder() -> RuleHolder:
+    rules = RuleHolder(source=ROOT / "rules")
+    assert rules.refresh()
+    return rules
+
+
+@contextlib.asynccontextmanager
+async def running(
+    certs: Path, holder: RuleHolder, limits: Limits = FAST, *, client_ca: Path | None = None
+) -> AsyncIterator[Servers]:
+    """The webhook port (TLS) and the probe port, as `serve` starts them."""
+    state = ServerState(limits)
+    servers = await start_servers(
+        make_app(holder, state=state, probes=False),
+        host="127.0.0.1",
+        port=0,
+        ssl_context=make_ssl_context(certs / "tls.crt", certs / "tls.key", client_ca),
+        probe_app=make_probe_app(holder, state=state),
+        probe_port=0,
+    )
+    try:
+        yield servers
+    finally:
+        await servers.stop()
+
+
+def client_context(certs: Path) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=str(certs / "ca.crt"))
+
+
+Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+async def connect(port: int, ctx: ssl.SSLContext | None) -> Stream:
+    return await asyncio.open_connection("127.0.0.1", port, ssl=ctx)
+
+
+def head(path: str = "/validate", length: int | None = None, **headers: str) -> bytes:
+    lines = [f"POST {path}?timeout=10s HTTP/1.1", "Host: gpu-admission", *headers_of(headers)]
+    if length is not None:
+        lines.append(f"Content-Length: {length}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def headers_of(headers: dict[str, str]) -> list[str]:
+    return [f"{k.replace('_', '-')}: {v}" for k, v in headers.items()]
+
+
+async def read_response(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP/1.1 response with a Content-Length (aiohttp always sends one here)."""
+    status_line = await asyncio.wait_for(reader.readline(), PATIENCE)
+    assert status_line, "connection closed before a response"
+    fields: dict[str, str] = {}
+    while (line := await asyncio.wait_for(reader.readline(), PATIENCE)) not in (b"\r\n", b""):
+        name, _, value = line.decode().partition(":")
+        fields[name.strip().lower()] = value.strip()
+    body = await asyncio.wait_for(reader.readexactly(int(fields["content-length"])), PATIENCE)
+    return int(status_line.split()[1]), fields, body
+
+
+async def closed_by_server(reader: asyncio.StreamReader) -> bool:
+    """True when the server closes or resets the connection within PATIENCE."""
+    try:
+        return await asyncio.wait_for(reader.read(65536), PATIENCE) == b""
+    except (ConnectionError, ssl.SSLError):
+        return True
+    except TimeoutError:
+        return False
+
+
+async def review(stream: Stream, obj: Any = GPU_POD) -> tuple[int, dict[str, str], bytes]:
+    reader, writer = stream
+    body = json.dumps(review_for(obj)).encode()
+    writer.write(head(length=len(body), Content_Type="application/json") + body)
+    await writer.drain()
+    return await read_response(reader)
+
+
+async def refused(port: int, ctx: ssl.SSLContext) -> bool:
+    """Whether a review on a new connection fails for want of a connection. Under TLS 1.3 the
+    client learns it on first use: a reset, an alert or a bare close instead of an answer."""
+    try:
+        stream = await connect(port, ctx)
+        await review(stream)
+    except (ConnectionError, ssl.SSLError, asyncio.IncompleteReadError):
+        return True
+    except AssertionError as exc:  # read_response: closed before a response
+        return "closed before a response" in str(exc)
+    await close(stream)
+    return False
+
+
+async def close(stream: Stream) -> None:
+    stream[1].close()
+    with contextlib.suppress(ConnectionError, ssl.SSLError, TimeoutError):
+        await asyncio.wait_for(stream[1].wait_closed(), 1.0)
+
+
+# --- time ----------------------------------------------------------------------------------------
+
+
+async def test_a_slowloris_head_is_cut_within_the_header_timeout(
+    certs: Path, holder: RuleHolder
+) -> None:
+    limits = replace(FAST, idle_timeout=PATIENCE * 2)  # only the header timeout can cut it
+    async with running(certs, holder, limits) as servers:
+        reader, writer = await connect(servers.port, client_context(certs))
+        cut = asyncio.ensure_future(closed_by_server(reader))
+        slow = b"POST /validate HTTP/1.1\r\nHost: gpu-admission\r\nX-Slow: " + b"a" * 200
+        sent = 0
+        with contextlib.suppress(ConnectionError, ssl.SSLError):
+            for byte in slow:  # one byte every 20 ms: 5 s in all, far past the 0.3 s timeout
+                if cut.done():
+                    break
+                writer.write(bytes([byte]))
+                await writer.drain()
+                sent += 1
+                await asyncio.sleep(0.02)
+        assert await cut, "the slow head was never cut"
+        assert sent < len(slow), "the whole slow head went through"
+        writer.close()
+
+
+async def test_a_stalled_body_gets_408_and_the_connection_closes(
+    certs: Path, holder: RuleHolder
+) -> None:
+    async with running(certs, holder) as servers:
+        reader, writer = await connect(servers.port, client_context(certs))
+        writer.write(head(length=8 * 1024 * 1024) + b'{"apiVersion":')  # then nothing more
+        await writer.drain()
+        status, fields, body = await read_response(reader)
+        assert status == 408
+        assert "not received within 0.3 s" in json.loads(body)["error"]
+        assert fields["connection"] == "close"
+        assert await closed_by_server(reader)
+        assert servers.state.body_bytes == 0  # its share of the large-body budget came back
+        writer.close()
+
+
+async def test_an_idle_keep_alive_connection_is_closed_after_the_idle_timeout(
+    certs: Path, holder: RuleHolder
+) -> None:
+    async with running(certs, holder) as servers:
+        stream = await connect(servers.port, client_context(certs))
+        status, fields, _ = await review(stream)
+        assert status == 200 and fields.get("connection") != "close"  # kept alive at first
+        assert await closed_by_server(stream[0])
+        await close(stream)
+
+
+async def test_a_connection_that_never_starts_tls_is_cut_within_the_header_timeout(
+    certs: Path, holder: RuleHolder
+) -> None:
+    async with running(certs, holder) as servers:
+        reader, writer = await connect(servers.port, None)  # plain TCP, no ClientHello
+        assert await closed_by_server(reader)
+        assert not servers.webhook_site.connections
+        writer.close()
+
+
+# --- connections ---------------------------------------------------------------------------------
+
+
+async def test_at_the_cap_a_busy_server_refuses_the_next_connection(
+    certs: Path, holder: RuleHolder
+) -> None:
+    limits = replace(FAST, max_connections=3, body_timeout=PATIENCE * 2)
+    ctx = client_context(certs)
+    async with running(certs, holder, limits) as servers:
+        busy = [await connect(servers.port, ctx) for _ in range(3)]
+        for _, writer in busy:  # each in the middle of a body: none can be evicted
+            writer.write(head(length=1000) + b"{")
+            await writer.drain()
+        await wait_until(lambda: len(servers.webhook_site.connections) == 3)
+        await wait_until(
+            lambda: all(c.phase.value == "request" for c in servers.webhook_site.connections)
+        )
+        assert await refused(servers.port, ctx)
+        assert len(servers.webhook_site.connections) == 3
+        for stream in busy:
+            await close(stream)
+
+
+async def test_at_the_cap_the_longest_idle_connection_makes_room(
+    certs: Path, holder: RuleHolder
+) -> None:
+    limits = replace(FAST, max_connections=3, idle_timeout=PATIENCE * 2)
+    ctx = client_context(certs)
+    async with running(certs, holder, limits) as servers:
+        idle = []
+        for _ in range(3):
+            stream = await connect(servers.port, ctx)
+            assert (await review(stream))[0] == 200
+            idle.append(stream)
+        newcomer = await connect(servers.port, ctx)
+        assert (await review(newcomer))[0] == 200
+        assert await closed_by_server(idle[0][0])  # the longest idle went
+        assert (await review(idle[1]))[0] == 200  # the others are still served
+        assert len(servers.webhook_site.connections) == 3
+        for stream in [*idle, newcomer]:
+            await close(stream)
+
+
+async def test_at_the_cap_a_connection_that_never_sent_a_request_goes_before_a_used_one(
+    certs: Path, holder: RuleHolder
+) -> None:
+    """The apiserver's pooled connections outlive idle ones opened only to hold a slot."""
+    limits = replace(FAST, max_connections=3, idle_timeout=PATIENCE * 2)
+    ctx = client_context(certs)
+    async with running(certs, holder, limits) as servers:
+        used = await connect(servers.port, ctx)
+        assert (await review(used))[0] == 200  # the longest idle, but it did some work
+        squatters = [await connect(servers.port, ctx) for _ in range(2)]
+        await wait_until(lambda: len(servers.webhook_site.connections) == 3)
+        newcomer = await connect(servers.port, ctx)
+        assert (await review(newcomer))[0] == 200
+        assert await closed_by_server(squatters[0][0])
+        assert (await review(used))[0] == 200
+        for stream in [used, *squatters, newcomer]:
+            await close(stream)
+
+
+async def test_at_the_cap_a_connection_stuck_before_its_handshake_makes_room(
+    certs: Path, holder: RuleHolder
+) -> None:
+    """Slots held by connections that never say hello are taken back, oldest first."""
+    limits = replace(FAST, max_connections=3, header_timeout=PATIENCE * 2)
+    async with running(certs, holder, limits) as servers:
+        silent = [await connect(servers.port, None) for _ in range(3)]  # plain TCP, no TLS
+        await wait_until(lambda: len(servers.webhook_site.connections) == 3)
+        newcomer = await connect(servers.port, client_context(certs))
+        assert (await review(newcomer))[0] == 200
+        assert await closed_by_server(silent[0][0])  # the oldest went first
+        assert len(servers.webhook_site.connections) == 3
+        for _, writer in silent:
+            writer.close()
+        await close(newcomer)
+
+
+# --- memory --------------------------------------------------------------------------------------
+
+
+async def test_a_body_over_the_limit_is_refused_from_its_content_length_before_it_is_sent(
+    certs: Path, holder: RuleHolder
+) -> None:
+    async with running(certs, holder) as servers:
+        reader, writer = await connect(servers.port, client_context(certs))
+        writer.write(head(length=8 * 1024 * 1024 + 1))  # the head only: no body at all
+        await writer.drain()
+        status, fields, body = await read_response(reader)
+        assert status == 413
+        assert json.loads(body) == {"error": "request body over 8388608 bytes"}
+        assert fields["connection"] == "close"
+        writer.close()
+
+
+async def test_a_chunked_body_is_cut_at_the_limit(certs: Path, holder: RuleHolder) -> None:
+    limits = replace(FAST, max_body=64 * 1024, body_timeout=PATIENCE)
+    async with running(certs, holder, limits) as servers:
+        reader, writer = await connect(servers.port, client_context(certs))
+        writer.write(head(Transfer_Encoding="chunked"))
+        chunk = b"x" * 16 * 1024
+        status = 0
+        with contextlib.suppress(ConnectionError, ssl.SSLError):
+            for _ in range(64):  # 1 MiB offered; the server must stop reading at 64 KiB
+                writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                await writer.drain()
+        status, _, body = await read_response(reader)
+        assert status == 413
+        assert "request body over 65536 bytes" in json.loads(body)["error"]
+        writer.close()
+
+
+async def test_large_bodies_past_the_budget_get_503_while_small_reviews_pass(
+    certs: Path, holder: RuleHolder
+) -> None:
+    big = 600 * 1024  # over SMALL_BODY: takes from the budget
+    limits = replace(FAST, body_memory=1024 * 1024, body_timeout=PATIENCE)
+    ctx = client_context(certs)
+    async with running(certs, holder, limits) as servers:
+        first = await connect(servers.port, ctx)
+        first[1].write(head(length=big) + b"{")  # stalled: holds 600 KiB of the 1 MiB
+        await first[1].drain()
+        await wait_until(lambda: servers.state.body_bytes == big)
+        second = await connect(servers.port, ctx)
+        second[1].write(head(length=big))
+        status, _, body = await read_response(second[0])
+        assert status == 503 and "too many large request bodies" in json.loads(body)["error"]
+        small = await connect(servers.port, ctx)
+        assert (await review(small))[0] == 200  # an ordinary review never waits on the budget
+        await close(first)
+        await wait_until(lambda: servers.state.body_bytes == 0)
+        for stream in (second, small):
+            await close(stream)
+
+
+async def test_memory_is_handed_back_after_a_large_body(
+    holder: RuleHolder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In-process (no TLS needed): after a body over 1 MiB, malloc_trim is called once."""
+    trims: list[int] = []
+    monkeypatch.setattr(server_app, "_malloc_trim", lambda: trims.append)
+    state = ServerState(Limits())
+    async with TestClient(TestServer(make_app(holder, state=state))) as client:
+        small = await client.post("/validate?timeout=10s", json=review_for(GPU_POD))
+        assert small.status == 200
+        await asyncio.sleep(0.05)
+        assert trims == []  # a small body costs nothing extra
+        pod = json.loads(json.dumps(GPU_POD))
+        pod["metadata"]["annotations"] = {"big": "x" * (2 * 1024 * 1024)}
+        resp = await client.post("/validate?timeout=10s", json=review_for(pod))
+        assert resp.status == 200
+        await wait_until(lambda: trims == [0])
+        assert client.server.app[STATE].body_bytes == 0
+
+
+# --- TLS -----------------------------------------------------------------------------------------
+
+
+def tls12_client(certs: Path, ciphers: str) -> ssl.SSLContext:
+    ctx = client_context(certs)
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+    ctx.set_ciphers(ciphers + ":@SECLEVEL=0")  # offer it even where OpenSSL would not
+    return ctx
+
+
+# The dev certificate has an EC key: ECDSA suites, or the handshake fails for another reason.
+@pytest.mark.parametrize(
+    "cbc", ["ECDHE-ECDSA-AES128-SHA256", "ECDHE-ECDSA-AES256-SHA384", "ECDHE-ECDSA-AES128-SHA"]
+)
+async def test_tls12_refuses_cbc_suites(certs: Path, holder: RuleHolder, cbc: str) -> None:
+    async with running(certs, holder) as servers:
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            stream = await connect(servers.port, tls12_client(certs, cbc))
+            await close(stream)
+
+
+@pytest.mark.parametrize("aead", ["ECDHE-ECDSA-AES128-GCM-SHA256", "ECDHE-ECDSA-CHACHA20-POLY1305"])
+async def test_tls12_accepts_aead_suites_and_tls13_is_untouched(
+    certs: Path, holder: RuleHolder, aead: str
+) -> None:
+    async with running(certs, holder) as servers:
+        stream = await connect(servers.port, tls12_client(certs, aead))
+        assert stream[1].get_extra_info("cipher")[0] == aead
+        assert (await review(stream))[0] == 200
+        await close(stream)
+        stream = await connect(servers.port, client_context(certs))
+        assert stream[1].get_extra_info("ssl_object").version() == "TLSv1.3"
+        await close(stream)
+
+
+# --- ports ---------------------------------------------------------------------------------------
+
+
+async def get(port: int, path: str, ctx: ssl.SSLContext | None = None) -> int:
+    reader, writer = await connect(port, ctx)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+    await writer.drain()
+    status, _, _ = await read_response(reader)
+    writer.close()
+    return status
+
+
+async def test_probes_and_metrics_are_on_the_plain_port_and_reviews_only_on_tls(
+    certs: Path, holder: RuleHolder
+) -> None:
+    ctx = client_context(certs)
+    async with running(certs, holder) as servers:
+        assert servers.probe_port is not None
+        for path in ("/healthz", "/readyz", "/metrics"):
+            assert await get(servers.probe_port, path) == 200
+            assert await get(servers.port, path, ctx) == 404
+        reader, writer = await connect(servers.probe_port, None)
+        body = json.dumps(review_for(GPU_POD)).encode()
+        writer.write(head(length=len(body)) + body)
+        assert (await read_response(reader))[0] == 404  # no review over plain HTTP
+        writer.close()
+
+
+async def test_with_a_client_ca_the_probe_port_still_answers(
+    certs: Path, holder: RuleHolder
+) -> None:
+    async with running(certs, holder, client_ca=certs / "ca.crt") as servers:
+        assert servers.probe_port is not None
+        assert await get(servers.probe_port, "/readyz") == 200
+        assert await get(servers.probe_port, "/healthz") == 200
+        assert await refused(servers.port, client_context(certs))  # no client certificate
+
+
+async def test_readiness_fails_once_draining_and_answers_say_connection_close(
+    certs: Path, holder: RuleHolder
+) -> None:
+    async with running(certs, holder) as servers:
+        assert servers.probe_port is not None
+        stream = await connect(servers.port, client_context(certs))
+        assert (await review(stream))[1].get("connection") != "close"
+        servers.state.draining = True
+        assert await get(servers.probe_port, "/readyz") == 503
+        assert await get(servers.probe_port, "/healthz") == 200
+        status, fields, _ = await review(stream)
+        assert status == 200 and fields["connection"] == "close"
+        assert await closed_by_server(stream[0])
+        stream[1].close()
+
+
+async def wait_until(check: Any, seconds: float = PATIENCE) -> None:
+    """Poll a condition the server reaches on its own (not a timing assertion)."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
+        await asyncio.sleep(0.01)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "says"),
+    [
+        ("--header-timeout", "-1", "must be > 0"),
+        ("--body-timeout", "nan", "must be > 0"),
+        ("--max-connections", "1.5", "not an integer"),
+        ("--probe-port", "70000", "not a TCP port"),
+        ("--drain-seconds", "soon", "not a number"),
+    ],
+)
+def test_a_bad_limit_flag_is_refused_with_a_reason(
+    flag: str, value: str, says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from webhook.cli import build_parser
+
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["serve", flag, value])
+    assert exit_.value.code == 2
+    assert f"argument {flag}: {says}" in capsys.readouterr().err
+
+
+def test_the_serve_flags_reach_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    from webhook.cli import main
+
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(server_app, "serve", lambda **kw: seen.update(kw))
+    monkeypatch.setattr("webhook.logs.setup", lambda level, fmt: None)  # leave pytest's logging
+    argv = ["serve", "--no-cluster", "--max-body-mib", "2", "--body-memory-mib", "16"]
+    argv += ["--max-connections", "9", "--header-timeout", "3", "--body-timeout", "4"]
+    argv += ["--idle-timeout", "50", "--probe-port", "0", "--hold-seconds", "0"]
+    assert main([*argv, "--drain-seconds", "0.5", "--no-release-memory"]) == 0
+    assert seen["limits"] == Limits(
+        max_body=2 * 1024 * 1024,
+        body_memory=16 * 1024 * 1024,
+        max_connections=9,
+        header_timeout=3.0,
+        body_timeout=4.0,
+        idle_timeout=50.0,
+    )
+    assert seen["probe_port"] is None  # 0: probes and /metrics on the HTTPS port
+    assert (seen["drain_seconds"], seen["hold_seconds"], seen["release_memory"]) == (0.5, 0, False)
+    assert main(["serve", "--no-cluster"]) == 0
+    assert (seen["probe_port"], seen["limits"], seen["release_memory"]) == (8081, Limits(), True)
