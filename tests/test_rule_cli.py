@@ -56,6 +56,17 @@ def test_the_shipped_rule_tests_pass() -> None:
     assert result.stdout.count("PASS") >= 10
 
 
+def test_check_says_a_pod_label_exemption_never_covers_gpu_access(tmp_path: Path) -> None:
+    (tmp_path / "r.yaml").write_text(
+        "exemptions:\n  podSelector: {matchLabels: {app: dcgm-exporter}}\n"
+    )
+    result = run("check", str(tmp_path))
+    assert result.returncode == 0, result.stdout
+    assert "podSelector does not exempt pods from the GPU-access rules" in result.stdout
+    assert "valid rule set" in result.stdout
+    assert "podSelector" not in run("check", "rules").stdout  # said only when it is used
+
+
 def test_a_broken_folder_fails_check_with_file_line_and_field(tmp_path: Path) -> None:
     (tmp_path / "r.yaml").write_text("rules:\n  gpu-shm:\n    maxSise: 4Gi\n")
     result = run("check", str(tmp_path))

@@ -46,7 +46,8 @@ def _certs_inject(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     from webhook.logs import setup
-    from webhook.server.app import Limits, serve
+    from webhook.server.app import serve
+    from webhook.server.limits import Limits
 
     setup(args.log_level, args.log_format)
     limits = Limits(

@@ -1,0 +1,131 @@
+"""What each client may cost, and the shared state that keeps it so: the limits (`serve`
+flags), the large-body budget, memory handed back to the OS, and the draining flag.
+
+Both ports share one `ServerState`; the connection layer and the body reader enforce it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import cast
+
+from aiohttp import web
+
+MiB = 1024 * 1024
+# The apiserver caps objects at ~1.5 MiB in etcd; 8 MiB leaves room for oldObject and options.
+MAX_BODY = 8 * MiB
+# Bodies up to this size (a pod review is 5-50 KiB) are read without asking the shared budget,
+# so stalled large uploads can never crowd out ordinary reviews.
+SMALL_BODY = 128 * 1024
+# After a body this large, glibc is asked to hand freed pages back (malloc_trim), at most
+# once per TRIM_INTERVAL seconds: without it, RSS stays at its high-water mark.
+TRIM_AFTER = 1 * MiB
+TRIM_INTERVAL = 0.5
+# A request that has its body still has this long to be answered and written out: a client
+# that does not read its answer would otherwise hold its connection forever.
+RESPONSE_GRACE = 5.0
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What clients may cost the server; `serve` flags. The defaults fit the Deployment's
+    256 MiB: the ~55 MiB baseline, 256 connections each holding a head or a small body (128 KiB
+    at most, 32 MiB in all) and a TLS read buffer (256 KiB while data streams in, 64 MiB in
+    all), and the 64 MiB large-body budget (README, "Threat model")."""
+
+    max_body: int = MAX_BODY
+    body_memory: int = 64 * MiB
+    max_connections: int = 256
+    header_timeout: float = 10.0
+    body_timeout: float = 10.0
+    # Longer than the Go client's 90 s idle timeout (the apiserver's), so the client closes an
+    # idle connection first and never sends a request into one the server is closing.
+    idle_timeout: float = 120.0
+    # After a 413, unread body is read and dropped for this long, so the client gets to read
+    # the answer instead of a reset; then the connection closes.
+    linger: float = 2.0
+
+    @property
+    def request_timeout(self) -> float:
+        return self.body_timeout + RESPONSE_GRACE
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's malloc_trim, or None (musl, macOS): only an optimisation."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return cast(Callable[[int], int], trim)
+
+
+# glibc's mallopt parameters. Buffers of 1 MiB or more (large bodies) are mapped on their own;
+# the heap top is trimmed past 2 MiB free, glibc's own ratio. Lower thresholds cost every
+# request: a TLS read allocates a 256 KiB buffer, which would then be mapped and unmapped
+# (or the heap grown and trimmed) each time, ~25% more CPU per review.
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+MMAP_THRESHOLD = 1 * MiB
+TRIM_THRESHOLD = 2 * MiB
+
+
+def map_large_buffers() -> bool:
+    """Have glibc map every buffer of 1 MiB or more on its own, so freeing one gives its
+    memory straight back to the OS. glibc's default threshold grows (up to 32 MiB) after the
+    first large free, after which body buffers and TLS reads come from the heap and RSS stays
+    at its high-water mark (bench/abuse.py, stalled uploads; figures in the README's "Threat
+    model"). Process-wide, so `serve` calls it, not the app."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return bool(
+        mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+    )
+
+
+class ServerState:
+    """What both ports share: limits, the large-body budget, and whether shutdown began."""
+
+    def __init__(self, limits: Limits | None = None, *, release_memory: bool = True) -> None:
+        self.limits = limits or Limits()
+        self.draining = False  # SIGTERM seen: /readyz fails, answers say Connection: close
+        self.body_bytes = 0  # large-body bytes promised to requests being read or handled
+        self._trim = _malloc_trim() if release_memory else None
+        self._trim_pending = False
+        self._trimmed_at = float("-inf")
+
+    def take(self, n: int) -> bool:
+        """Promise `n` more bytes of large body, if the budget has them."""
+        if self.body_bytes + n > self.limits.body_memory:
+            return False
+        self.body_bytes += n
+        return True
+
+    def give(self, n: int) -> None:
+        self.body_bytes -= n
+        if n >= TRIM_AFTER:
+            self._trim_soon()
+
+    def _trim_soon(self) -> None:
+        """Hand freed memory back to the OS soon, after the body's last reference is gone."""
+        if self._trim is None or self._trim_pending:
+            return
+        loop = asyncio.get_running_loop()
+        self._trim_pending = True
+        loop.call_later(max(0.0, self._trimmed_at + TRIM_INTERVAL - loop.time()), self._trim_now)
+
+    def _trim_now(self) -> None:
+        self._trim_pending = False
+        self._trimmed_at = asyncio.get_running_loop().time()
+        if self._trim is not None:
+            self._trim(0)
+
+
+STATE = web.AppKey("state", ServerState)
