@@ -202,18 +202,12 @@ def test_a_class_that_does_not_exist_is_denied_listing_real_ones(webhook_with: A
     "obj,expected",
     [
         (pod(16), "pod asks 16 nvidia.com/gpu; the largest node has 8"),
-        (pod(1, "nvidia.com/mig-2g.20gb"), "no node offers nvidia.com/mig-2g.20gb"),
-        (
-            pod(1, nodeSelector={"nvidia.com/gpu.product": "NVIDIA-A10G"}),
-            "Nodes have nvidia.com/gpu.product: NVIDIA-A100-SXM4-80GB, NVIDIA-H100-80GB-HBM3, "
-            "NVIDIA-L4",
-        ),
         (
             pod(2, nodeSelector={"nvidia.com/gpu.product": "NVIDIA-L4"}),
             "the largest node among nodes matching nvidia.com/gpu.product=NVIDIA-L4 has 1",
         ),
     ],
-    ids=["more than any node", "missing MIG profile", "missing product", "too many for the pool"],
+    ids=["more than any node", "too many for the pool"],
 )
 def test_pods_that_could_never_schedule_are_denied(
     hook: Webhook, obj: dict[str, Any], expected: str
@@ -222,6 +216,54 @@ def test_pods_that_could_never_schedule_are_denied(
     assert not verdict.allowed
     assert "gpu-schedulable" in verdict.denied_rules
     assert expected in verdict.message
+
+
+ABSENT = [
+    pytest.param(
+        pod(1, "nvidia.com/mig-2g.20gb"), "offers nvidia.com/mig-2g.20gb", id="missing MIG profile"
+    ),
+    pytest.param(
+        pod(1, nodeSelector={"nvidia.com/gpu.product": "NVIDIA-A10G"}),
+        "matches nvidia.com/gpu.product=NVIDIA-A10G",
+        id="missing product",
+    ),
+]
+
+
+@pytest.mark.parametrize(("obj", "expected"), ABSENT)
+def test_a_shape_no_node_has_is_a_warning_while_pools_may_scale_from_zero(
+    hook: Webhook, obj: dict[str, Any], expected: str
+) -> None:
+    verdict = judge(hook, obj, namespace="research")
+    assert verdict.allowed
+    assert "gpu-schedulable" in verdict.warned_rules
+    assert any(expected in w and "a pool at zero?" in w for w in verdict.warnings)
+
+
+@pytest.mark.parametrize(("obj", "expected"), ABSENT)
+def test_a_shape_no_node_has_is_denied_without_autoscaling(
+    webhook_with: Any, obj: dict[str, Any], expected: str
+) -> None:
+    hook: Webhook = webhook_with({"gpu-schedulable": {"autoscaling": "none"}}, args=SNAP)
+    verdict = judge(hook, obj, namespace="research")
+    assert not verdict.allowed
+    assert "gpu-schedulable" in verdict.denied_rules
+    assert f"no node, existing or provisionable, {expected}" in verdict.message
+
+
+def test_a_provisionable_shape_counts_as_a_node(webhook_with: Any) -> None:
+    shape = {"name": "a10g", "labels": {"nvidia.com/gpu.product": "NVIDIA-A10G"}, "gpus": {}}
+    shape["gpus"] = {"nvidia.com/gpu": 4}
+    hook: Webhook = webhook_with({"gpu-schedulable": {"provisionable": [shape]}}, args=SNAP)
+    a10g = {"nvidia.com/gpu.product": "NVIDIA-A10G"}
+    assert judge(hook, pod(4, nodeSelector=a10g), namespace="research").allowed
+    too_many = judge(hook, pod(5, nodeSelector=a10g), namespace="research")
+    assert "gpu-schedulable" in too_many.denied_rules
+    # Declared provisioning makes absence a fact: a product in neither is denied.
+    b200 = judge(
+        hook, pod(1, nodeSelector={"nvidia.com/gpu.product": "B200"}), namespace="research"
+    )
+    assert "gpu-schedulable" in b200.denied_rules
 
 
 def test_required_affinity_over_existing_products_is_fine(hook: Webhook) -> None:

@@ -18,6 +18,7 @@ from fractions import Fraction
 from webhook.engine.checks import MUTATIONS, VALIDATIONS, Mutation, Validation
 from webhook.engine.decision import Mode
 from webhook.engine.prefilter import markers, might_apply
+from webhook.facts.model import Node
 from webhook.ruleset.models import QuotaBudget, RuleSet, RuleSettings, TolerationSpec
 from webhook.ruleset.resolve import applicable, matchers, merge
 from webhook.selectors import NamePatterns
@@ -70,7 +71,19 @@ class CompiledRules:
             (b, NamePatterns(b.namespaces) if b.namespaces else None)
             for b in self.settings.gpu_quota.budgets
         )
-        self.gpu_label_prefixes = tuple(self.settings.gpu_schedulable.gpu_label_prefixes)
+        sched = self.settings.gpu_schedulable
+        self.gpu_label_prefixes = tuple(sched.gpu_label_prefixes)
+        # Nodes the cluster can create on demand, as node values the schedulability rule reads.
+        self.provisionable: tuple[Node, ...] = tuple(
+            Node(
+                f"provisionable {shape.name}",
+                dict(shape.labels),
+                {k: Fraction(v) for k, v in shape.gpus.items()},
+            )
+            for shape in sched.provisionable
+        )
+        # Whether "no node fits" is a fact: the cluster's provisioning is declared.
+        self.provisioning_known = sched.autoscaling == "none" or bool(sched.provisionable)
         self.max_staleness_seconds = ruleset.cluster.max_staleness_seconds
 
     def is_gpu(self, name: str) -> bool:

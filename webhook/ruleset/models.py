@@ -198,10 +198,33 @@ class PriorityRule(_Model):
     when_unknown: WhenUnknown = "allow"
 
 
+class ProvisionableShape(_Model):
+    """A GPU node the cluster can create on demand (GKE node auto-provisioning, a managed node
+    group scaled to zero...): the labels it would carry and its allocatable GPU resources."""
+
+    name: str = Field(min_length=1)
+    labels: dict[str, str] = Field(default_factory=dict)
+    gpus: dict[str, int] = Field(min_length=1)
+
+    @field_validator("gpus")
+    @classmethod
+    def _positive(cls, value: dict[str, int]) -> dict[str, int]:
+        bad = sorted(k for k, v in value.items() if v <= 0)
+        if bad:
+            raise ValueError(f"GPU counts must be positive: {', '.join(bad)}")
+        return value
+
+
 class SchedulableRule(_Model):
     """Pods that no node could ever run: refuse them at apply time, not after an hour Pending."""
 
     mode: ModeName = "enforce"
+    # GPU nodes that do not exist yet but can be created for a pending pod. With none listed
+    # and `autoscaling: unknown`, a pod that no existing node fits may be waiting for a node
+    # the autoscaler will create: warn, never deny. `autoscaling: none` states the cluster
+    # creates no nodes: the existing ones are all there is (strict).
+    autoscaling: Literal["unknown", "none"] = "unknown"
+    provisionable: list[ProvisionableShape] = Field(default_factory=list)
     # Node-label prefixes that describe GPUs; selectors on other labels are not judged.
     gpu_label_prefixes: list[str] = Field(
         default_factory=lambda: [

@@ -61,6 +61,16 @@ def _values(nodes: list[Node], key: str) -> str:
     return ", ".join(found) if found else "none"
 
 
+# How a finding names what was searched: a fact when provisioning is declared, else today's.
+_NODE = {True: "node, existing or provisionable,", False: "existing node"}
+_HINT = {True: "", False: " (a pool at zero? see provisionable)"}
+_DECLARE = (
+    ". If GPU nodes are created on demand (Karpenter, cluster-autoscaler, GKE node "
+    "auto-provisioning), list their shapes in gpu-schedulable.provisionable so this is checked; "
+    "with autoscaling: none it is denied"
+)
+
+
 def gpu_schedulable(pod: PodView, ctx: Context) -> Iterator[Finding]:
     cfg = ctx.settings.gpu_schedulable
     ask = pod_gpus(pod)
@@ -80,18 +90,24 @@ def gpu_schedulable(pod: PodView, ctx: Context) -> Iterator[Finding]:
         return
     if not ask:
         return
-    nodes = list(facts.nodes.pools(ctx.rules.gpu_label_prefixes))
+    # Every node shape the pod could get: the existing GPU pools and those the cluster can
+    # create. When the cluster's provisioning is not declared, a shape no node has may still
+    # come (an autoscaled pool at zero): that absence is a warning, never a denial.
+    nodes = [*facts.nodes.pools(ctx.rules.gpu_label_prefixes), *ctx.rules.provisionable]
+    known = ctx.rules.provisioning_known
     for name in ask:
         if not any(n.gpus.get(name, 0) > 0 for n in nodes):
             offered = sorted({r for n in nodes for r, v in n.gpus.items() if v > 0})
             yield Finding(
                 rule=RULE,
-                summary=f"{RULE}: no node offers {name}",
+                summary=f"{RULE}: no {_NODE[known]} offers {name}" + _HINT[known],
                 fix=(
                     f"ask for a resource the cluster has: {', '.join(offered) or 'none'}"
                     + (" (MIG profiles differ per GPU pool)" if "mig-" in name else "")
+                    + ("" if known else _DECLARE)
                 ),
                 field=field,
+                advisory=not known,
             )
             return
     chosen, selector = _selected(pod, nodes, cfg.gpu_label_prefixes)
@@ -100,9 +116,10 @@ def gpu_schedulable(pod: PodView, ctx: Context) -> Iterator[Finding]:
         have = "; ".join(f"{k}: {_values(nodes, k)}" for k in keys)
         yield Finding(
             rule=RULE,
-            summary=f"{RULE}: no node matches {selector}",
-            fix=f"select labels that exist. Nodes have {have}",
+            summary=f"{RULE}: no {_NODE[known]} matches {selector}" + _HINT[known],
+            fix=f"select labels that exist. Nodes have {have}" + ("" if known else _DECLARE),
             field=f"{pod.field_path}.nodeSelector",
+            advisory=not known,
         )
         return
     for name, amount in ask.items():
