@@ -5,6 +5,9 @@ serves paged lists (`limit`/`continue`, the list's resourceVersion), and watches
 events after the requested resourceVersion, send BOOKMARKs, end at `timeoutSeconds`, and
 answer a compacted resourceVersion with an ERROR event carrying a 410 `Expired` Status, as
 kube-apiserver does. Tests can drop open watches and take the server down and back up.
+Custom resources (Karpenter, Cluster API) are served at their group's path like any kind;
+`missing` makes a kind's CRD not installed (404 NotFound on every request, as for a group
+the server does not serve) and `forbidden` refuses it (403 Forbidden, as RBAC does).
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ PATHS = {
     "replicasets": "/apis/apps/v1/replicasets",
     "jobs": "/apis/batch/v1/jobs",
     "cronjobs": "/apis/batch/v1/cronjobs",
+    "nodepools": "/apis/karpenter.sh/v1/nodepools",
+    "machinesets": "/apis/cluster.x-k8s.io/v1beta1/machinesets",
+    "machinedeployments": "/apis/cluster.x-k8s.io/v1beta1/machinedeployments",
 }
 KIND_NAMES = {
     "namespaces": ("v1", "Namespace"),
@@ -47,11 +53,14 @@ KIND_NAMES = {
     "replicasets": ("apps/v1", "ReplicaSet"),
     "jobs": ("batch/v1", "Job"),
     "cronjobs": ("batch/v1", "CronJob"),
+    "nodepools": ("karpenter.sh/v1", "NodePool"),
+    "machinesets": ("cluster.x-k8s.io/v1beta1", "MachineSet"),
+    "machinedeployments": ("cluster.x-k8s.io/v1beta1", "MachineDeployment"),
 }
 # Kinds that also answer on /namespaces/{namespace}/<plural> under their group's prefix.
 NAMESPACED = {
     "pods", "resourcequotas", "configmaps", "deployments", "statefulsets", "daemonsets",
-    "replicasets", "jobs", "cronjobs",
+    "replicasets", "jobs", "cronjobs", "machinesets", "machinedeployments",
 }  # fmt: skip
 
 
@@ -75,6 +84,8 @@ class FakeApiServer:
         self.events: list[tuple[int, str, str, dict[str, Any]]] = []
         self.compacted = 0  # watches from resourceVersions below this get 410
         self.down = False
+        self.missing: set[str] = set()  # kinds whose CRD is not installed: 404
+        self.forbidden: set[str] = set()  # kinds the client may not read: 403
         self.lists: Counter[str] = Counter()  # list calls (first pages)
         self.pages: Counter[str] = Counter()  # every page served
         self.watches: list[tuple[str, str]] = []  # (kind, resourceVersion asked)
@@ -162,6 +173,21 @@ class FakeApiServer:
             if self.down:
                 body = orjson.dumps(_status(503, "ServiceUnavailable", "etcd is down"))
                 return web.Response(status=503, body=body, content_type="application/json")
+            if kind in self.missing:
+                self.lists[kind] += 1
+                body = orjson.dumps(
+                    _status(404, "NotFound", "the server could not find the requested resource")
+                )
+                return web.Response(status=404, body=body, content_type="application/json")
+            if kind in self.forbidden:
+                self.lists[kind] += 1
+                group = request.path.split("/")[2] if request.path.startswith("/apis/") else ""
+                message = (
+                    f'{kind}.{group} is forbidden: User "test" cannot list resource "{kind}" '
+                    f'in API group "{group}" at the cluster scope'
+                )
+                body = orjson.dumps(_status(403, "Forbidden", message))
+                return web.Response(status=403, body=body, content_type="application/json")
             if request.query.get("watch") in ("true", "1"):
                 return await self._watch(kind, request)
             return self._list(kind, request, request.match_info.get("namespace"))

@@ -146,7 +146,7 @@ def decide(case: Case, obj: Any, stage: Stage) -> Decision:
     # Compact, as the apiserver writes it: the fast path reads the bytes it is sent.
     facts = _facts(case)
     if not rules.might_apply(json.dumps(obj, separators=(",", ":")).encode()) and not (
-        facts is not None and untainted_gpu_nodes(facts.nodes)  # as the server skips it
+        facts is not None and untainted_gpu_nodes(facts.nodes, rules.taint_keys)  # as the server
     ):
         # The fast path must never hide a finding or a patch the full path would make.
         assert decision.unreadable is not None or not (decision.patch or decision.judged), (

@@ -55,6 +55,9 @@ def test_tolerations_follow_the_schedulers_rules(
         ("/dev/dri/renderD128", True),
         ("/dev/kfd", True),
         ("/var/../dev/./nvidia0", True),
+        ("/proc", True),
+        ("/proc/1/root", True),
+        ("/proc/self/root/dev", True),
         ("/dev/shm", False),
         ("/dev/log", False),
         ("/var/log", False),
@@ -67,7 +70,23 @@ def test_host_paths_holding_gpu_device_nodes(path: str, expected: bool) -> None:
 
 
 _SEGMENTS = st.sampled_from(
-    ["", ".", "..", "dev", "char", "195:0", "nvidia0", "nvidiactl", "dri", "kfd", "shm", "var"]
+    [
+        "",
+        ".",
+        "..",
+        "dev",
+        "char",
+        "195:0",
+        "nvidia0",
+        "nvidiactl",
+        "dri",
+        "kfd",
+        "shm",
+        "var",
+        "proc",
+        "1",
+        "root",
+    ]
 )
 
 

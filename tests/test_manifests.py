@@ -267,6 +267,9 @@ def test_the_webhook_may_only_read_the_cluster() -> None:
         ("", "resourcequotas"),
         ("", "configmaps"),  # only keys that could become NVIDIA_VISIBLE_DEVICES are kept
         ("scheduling.k8s.io", "priorityclasses"),
+        ("karpenter.sh", "nodepools"),  # what the cluster can create: GPU pools at zero
+        ("cluster.x-k8s.io", "machinesets"),
+        ("cluster.x-k8s.io", "machinedeployments"),
     }
     assert all(verbs == {"get", "list", "watch"} for verbs in granted.values())
     binding = one("base", "ClusterRoleBinding")

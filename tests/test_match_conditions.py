@@ -150,6 +150,21 @@ POD_SPECS: dict[str, tuple[dict[str, Any], bool]] = {
     "host-dev-char-alias": (_host("/dev/char/195:0"), True),
     "host-dev-char": (_host("/dev/char"), True),
     "host-dotdot-alias": (_host("/var/../dev/nvidia0"), True),
+    "host-proc-root-of-pid-1": (_host("/proc/1/root"), True),
+    "host-proc": (_host("/proc"), True),
+    "nvidia-device-list-mount": (
+        {
+            "containers": [
+                _container(
+                    volumeMounts=[
+                        {"name": "x", "mountPath": "/var/run/nvidia-container-devices/all"}
+                    ]
+                )
+            ],
+            "volumes": [{"name": "x", "emptyDir": {}}],
+        },
+        True,
+    ),
     "selects-gpu-product": (
         {"containers": [_container()], "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4"}},
         True,

@@ -216,11 +216,11 @@ async def test_a_connection_that_never_starts_tls_is_cut_within_the_header_timeo
 async def test_at_the_cap_a_busy_server_refuses_the_next_connection(
     certs: Path, holder: RuleHolder
 ) -> None:
-    limits = replace(FAST, max_connections=3, body_timeout=PATIENCE * 2)
+    limits = replace(FAST, max_connections=3, body_timeout=PATIENCE * 2, stalled_body=PATIENCE * 2)
     ctx = client_context(certs)
     async with running(certs, holder, limits) as servers:
         busy = [await connect(servers.port, ctx) for _ in range(3)]
-        for _, writer in busy:  # each in the middle of a body: none can be evicted
+        for _, writer in busy:  # each in the middle of a body: none can be evicted yet
             writer.write(head(length=1000) + b"{")
             await writer.drain()
         await wait_until(lambda: len(servers.webhook_site.connections) == 3)
@@ -230,6 +230,45 @@ async def test_at_the_cap_a_busy_server_refuses_the_next_connection(
         assert await refused(servers.port, ctx)
         assert len(servers.webhook_site.connections) == 3
         for stream in busy:
+            await close(stream)
+
+
+async def _ended(reader: asyncio.StreamReader) -> bool:
+    """Whether the server answered 408 or closed this connection (within a short wait)."""
+    try:
+        answer = await asyncio.wait_for(reader.read(65536), 0.5)
+    except (ConnectionError, ssl.SSLError):
+        return True
+    except TimeoutError:
+        return False
+    return answer == b"" or answer.startswith(b"HTTP/1.1 408")
+
+
+async def test_at_the_cap_a_trickling_body_makes_room_for_a_real_review(
+    certs: Path, holder: RuleHolder
+) -> None:
+    """Holding every slot with bodies that never finish must not lock the apiserver out."""
+    limits = replace(FAST, max_connections=3, body_timeout=PATIENCE * 2, stalled_body=0.2)
+    ctx = client_context(certs)
+    async with running(certs, holder, limits) as servers:
+        stalled = [await connect(servers.port, ctx) for _ in range(3)]
+        for _, writer in stalled:
+            writer.write(head(length=1000) + b"{")
+            await writer.drain()
+        await wait_until(
+            lambda: (
+                len(servers.webhook_site.connections) == 3
+                and all(c.phase.value == "request" for c in servers.webhook_site.connections)
+            )
+        )
+        await asyncio.sleep(0.6)  # well past stalled_body
+        newcomer = await connect(servers.port, ctx)
+        assert (await review(newcomer))[0] == 200
+        assert len(servers.webhook_site.connections) == 3
+        # One trickling body went (the oldest): told 408 or reset, then closed.
+        gone = [await _ended(reader) for reader, _ in stalled]
+        assert gone.count(True) == 1, gone
+        for stream in [*stalled, newcomer]:
             await close(stream)
 
 

@@ -116,6 +116,13 @@ class CompiledRuleSet:
         self._by_shape: dict[tuple[int, ...], CompiledRules] = {(): self.base}
         self._shape_of: dict[tuple[str, tuple[tuple[str, str], ...] | None], tuple[int, ...]] = {}
         self.markers = markers(ruleset)
+        # The GPU taint keys of the rule set and its overrides, as the fast path knows them.
+        self.taint_keys = frozenset(t.key for t in ruleset.rules.gpu_tolerations.tolerations) | {
+            t["key"]
+            for o in ruleset.overrides
+            for t in o.rules.get("gpu-tolerations", {}).get("tolerations", [])
+            if isinstance(t, dict) and isinstance(t.get("key"), str)
+        }
 
     def might_apply(self, raw: bytes) -> bool:
         """False when the raw object bytes show that no rule can apply (the fast path)."""

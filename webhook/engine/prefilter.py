@@ -32,6 +32,10 @@ _ALWAYS = (
     b'{"operator":"Exists"',
     b'"effect":"NoSchedule","operator":"Exists"',
     b'"effect":"NoExecute","operator":"Exists"',
+    # CRD objects keep empty fields: a keyless toleration may carry "key":"" or "effect":"".
+    b'"key":"","operator":"Exists"',
+    b'"effect":"","operator":"Exists"',
+    b"nvidia-container-devices",  # the toolkit's volume-mount device list
 )
 _ESCAPES = (b"\\/", b"\\u")  # as they appear in the JSON bytes: backslash-slash, backslash-u
 

@@ -63,9 +63,13 @@ def gpu_node_taints(nodes: NodeIndex) -> frozenset[tuple[Taint, ...]]:
     return found
 
 
-def untainted_gpu_nodes(nodes: NodeIndex) -> bool:
-    """Whether some GPU node carries no taint at all: then every pod can land on a GPU node."""
-    return () in gpu_node_taints(nodes)
+def untainted_gpu_nodes(nodes: NodeIndex, taint_keys: frozenset[str] = frozenset()) -> bool:
+    """Whether some GPU node carries none of these taint keys (none at all, by default): a pod
+    can then reach it with no toleration the rule set knows of, so its bytes may hold no
+    marker the fast path looks for (e.g. AKS taints GPU pools `sku=gpu`)."""
+    return any(
+        not any(key in taint_keys for key, _, _ in taints) for taints in gpu_node_taints(nodes)
+    )
 
 
 def _selects_gpu_labels(pod: PodView, prefixes: tuple[str, ...]) -> bool:

@@ -12,11 +12,19 @@ NVIDIA_VISIBLE_DEVICES. Only those keys are kept, and only for the ConfigMaps th
 so thousands of ConfigMaps cost next to nothing. Secrets are not watched: a cluster-wide
 list/watch grant on Secrets is one most security teams refuse, so `Facts.secrets` stays None
 (unknown) and the isolation rules judge an `envFrom` of a Secret as possibly `all`.
+
+The autoscalers' objects (Karpenter NodePools, Cluster API MachineSets and MachineDeployments)
+are watched the same way when their CRDs are installed, and kept only as the GPU node shapes
+they can create (`webhook.facts.provisioning`). They are optional: a 404 on a list means the
+CRD is not installed (the kind holds nothing; listed again every `recheck_seconds` in case it
+comes), a 403 means we may not read it (provisioning unknown, warned). Neither holds up
+`synced`, and the facts say provisioning is known only once every installed kind is listed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -42,11 +50,12 @@ from webhook.facts.model import (
     Usage,
     visible_devices_keys,
 )
+from webhook.facts.provisioning import machine_group_shapes, node_pool_shapes
 from webhook.facts.reservations import Reservations
 from webhook.podrequest import effective_request, is_sidecar
 from webhook.quantity import QuantityError, parse_quantity
 
-__all__ = ["KINDS", "LiveCache", "pages", "pod_summary"]
+__all__ = ["KINDS", "PROVISIONING_KINDS", "LiveCache", "pages", "pod_summary"]
 
 log = logging.getLogger("gpu-admission.cache")
 
@@ -113,12 +122,14 @@ def pod_summary(pod: dict[str, Any], node_product: Callable[[str], str]) -> PodG
 class Kind:
     """How to list and watch one resource kind with the kubernetes client."""
 
-    name: str
-    api: str  # "core" or "scheduling"
+    name: str  # the resource's plural
+    api: str  # "core", "scheduling" or "custom" (a CRD, through CustomObjectsApi)
     method: str  # list function on that API class
     # Most objects per list page, below the cache's page size: a page is held whole while it
     # is read, and a ConfigMap may hold 1 MiB (20 of them stay far below the memory limit).
     max_page: int | None = None
+    group: str = ""  # a custom kind's API group and version
+    version: str = ""
 
 
 KINDS = (
@@ -129,6 +140,21 @@ KINDS = (
     Kind("pods", "core", "list_pod_for_all_namespaces"),
     Kind("configmaps", "core", "list_config_map_for_all_namespaces", max_page=20),
 )
+
+# The autoscalers' objects: CRDs that may not be installed, so never part of `synced`.
+_CUSTOM = "list_cluster_custom_object"
+PROVISIONING_KINDS = (
+    Kind("nodepools", "custom", _CUSTOM, group="karpenter.sh", version="v1"),
+    Kind("machinesets", "custom", _CUSTOM, group="cluster.x-k8s.io", version="v1beta1"),
+    Kind("machinedeployments", "custom", _CUSTOM, group="cluster.x-k8s.io", version="v1beta1"),
+)
+_SHAPES: dict[str, Callable[[dict[str, Any]], tuple[Node, ...] | None]] = {
+    "nodepools": node_pool_shapes,
+    "machinesets": machine_group_shapes,
+    "machinedeployments": machine_group_shapes,
+}
+# (namespace, name) -> the object's shapes, None for one that cannot be told.
+_Shapes = dict[tuple[str, str], tuple[Node, ...] | None]
 
 # What a namespace without a relevant ConfigMap hands out: known, and empty.
 _NO_CONFIG_MAPS: Mapping[str, Mapping[str, str]] = MappingProxyType({})
@@ -150,12 +176,14 @@ class LiveCache:
         watch_timeout: int = 60,
         max_backoff: float = 30.0,
         on_relist: Callable[[str], None] | None = None,
+        recheck_seconds: float = 300.0,
     ) -> None:
         self.api_client = api_client
         self.reservations = reservations
         self.page_size = page_size
         self.watch_timeout = watch_timeout
         self.max_backoff = max_backoff
+        self.recheck_seconds = recheck_seconds  # how often an absent CRD is looked for again
         self._namespaces: dict[str, dict[str, str]] = {}
         self._nodes: dict[str, Node] = {}
         self._node_index = NodeIndex()  # rebuilt when a node changes, shared between reads
@@ -166,6 +194,11 @@ class LiveCache:
         # namespace -> ConfigMap name -> its NVIDIA_VISIBLE_DEVICES-capable keys; a ConfigMap
         # with none is not kept (absent = no such key, which the isolation rules read right).
         self._config_maps: dict[str, dict[str, dict[str, str]]] = {}
+        # Autoscaler kinds: listed ones hold their objects' shapes; `_absent` are not installed;
+        # a kind in neither is unknown (not listed yet, or forbidden).
+        self._autoscaling: dict[str, _Shapes] = {}
+        self._absent: set[str] = set()
+        self._provisionable: tuple[Node, ...] | None = None  # rebuilt whole on each change
         self._lock = threading.Lock()  # writers only; readers take references to whole values
         self._contact: dict[str, float] = {}  # kind -> monotonic time of last sign of life
         self._synced: set[str] = set()
@@ -194,18 +227,19 @@ class LiveCache:
             nodes=self._node_index,
             age_seconds=self.age_seconds(),
             config_maps=config_maps,
+            provisionable=self._provisionable,
         )
 
     def age_seconds(self) -> float | None:
         """Seconds since the stalest kind last heard from the API server; inf before sync."""
-        if len(self._synced) < len(KINDS):
+        if not self.synced:
             return float("inf")
         now = time.monotonic()
         return max(now - self._contact.get(k.name, 0.0) for k in KINDS)
 
     @property
     def synced(self) -> bool:
-        return len(self._synced) == len(KINDS)
+        return all(k.name in self._synced for k in KINDS)
 
     @property
     def pod_count(self) -> int:
@@ -214,7 +248,7 @@ class LiveCache:
     # ---- lifecycle --------------------------------------------------------------------
 
     def start(self) -> None:
-        for kind in KINDS:
+        for kind in KINDS + PROVISIONING_KINDS:
             t = threading.Thread(target=self._run, args=(kind,), name=f"watch-{kind.name}")
             t.daemon = True
             t.start()
@@ -232,14 +266,17 @@ class LiveCache:
         """One paged list of every kind and no watch: a consistent-enough one-shot snapshot.
 
         ConfigMaps are optional here: an auditor who may not list them still gets an audit, and
-        `envFrom` of a ConfigMap is then judged as unknown (the facts say None).
+        `envFrom` of a ConfigMap is then judged as unknown (the facts say None). So are the
+        autoscaler kinds (404: not installed; 403: provisioning unknown).
         """
         from kubernetes.client.exceptions import ApiException
 
-        for kind in KINDS:
+        for kind in KINDS + PROVISIONING_KINDS:
             try:
                 self._list(kind)
             except ApiException as exc:
+                if kind in PROVISIONING_KINDS and self._not_served(kind, exc):
+                    continue
                 if kind.name != "configmaps" or exc.status != 403:
                     raise
                 log.warning("configmaps: not allowed to list them (403); envFrom is unknown")
@@ -255,9 +292,39 @@ class LiveCache:
     def _list_fn(self, kind: Kind) -> Callable[..., Any]:
         from kubernetes import client
 
+        if kind.api == "custom":
+            custom = client.CustomObjectsApi(self.api_client)
+            return functools.partial(
+                getattr(custom, kind.method), kind.group, kind.version, kind.name
+            )
         api = client.CoreV1Api if kind.api == "core" else client.SchedulingV1Api
         fn: Callable[..., Any] = getattr(api(self.api_client), kind.method)
         return fn
+
+    def _not_served(self, kind: Kind, exc: Exception) -> bool:
+        """Whether an autoscaler kind's failure is the answer rather than an error: 404 (the
+        CRD is not installed: it holds nothing) or 403 (not allowed: unknown, warned)."""
+        status = getattr(exc, "status", None)
+        if status not in (404, 403):
+            return False
+        with self._lock:
+            self._autoscaling.pop(kind.name, None)
+            if status == 404:
+                self._absent.add(kind.name)
+            else:
+                self._absent.discard(kind.name)
+            self._provisionable = self._provisionable_now()
+        if status == 404:
+            log.info(
+                "%s: not installed (404); looking again in %.0fs", kind.name, self.recheck_seconds
+            )
+        else:
+            log.warning(
+                "%s: not allowed to list them (403); the GPU nodes the cluster can create are "
+                "unknown, so a missing one is a warning",
+                kind.name,
+            )
+        return True
 
     def _run(self, kind: Kind) -> None:
         if kind.name == "pods":
@@ -277,6 +344,9 @@ class LiveCache:
             except Exception as exc:
                 if self._stop.is_set():
                     return
+                if kind in PROVISIONING_KINDS and self._not_served(kind, exc):
+                    self._stop.wait(self.recheck_seconds)
+                    continue
                 log.warning("%s: %s; retrying in %.1fs", kind.name, _describe(exc), backoff)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, self.max_backoff)
@@ -351,6 +421,29 @@ class LiveCache:
                 self._classes = fresh.classes
             elif kind == "configmaps":
                 self._config_maps = fresh.config_maps
+            elif kind in _SHAPES:
+                self._autoscaling[kind] = fresh.autoscaling
+                self._absent.discard(kind)
+                self._provisionable = self._provisionable_now()
+
+    def _provisionable_now(self) -> tuple[Node, ...] | None:
+        """Every shape of every listed autoscaler kind; None while one is unknown or none is
+        installed (nothing was read: a pool at zero may be behind an autoscaler we cannot
+        see), or when an object cannot be told."""
+        out: list[Node] = []
+        for kind in PROVISIONING_KINDS:
+            if kind.name in self._absent:
+                continue
+            shapes = self._autoscaling.get(kind.name)
+            if shapes is None:
+                return None
+            for one in shapes.values():
+                if one is None:
+                    return None
+                out += one
+        if len(self._absent) == len(PROVISIONING_KINDS):
+            return None
+        return tuple(out)
 
     def _node_product(self, name: str) -> str:
         node = self._nodes.get(name)
@@ -393,6 +486,14 @@ class LiveCache:
                 self._classes = classes
             elif kind == "configmaps":
                 self._apply_config_map(ns, name, {} if deleted else _config_map_keys(obj))
+            elif kind in _SHAPES:
+                shapes = dict(self._autoscaling.get(kind, {}))
+                if deleted:
+                    shapes.pop((ns, name), None)
+                else:
+                    shapes[(ns, name)] = _SHAPES[kind](obj)
+                self._autoscaling[kind] = shapes
+                self._provisionable = self._provisionable_now()
 
     def _apply_pod(self, key: tuple[str, str], obj: dict[str, Any] | None) -> None:
         old = self._pods.pop(key, None)
@@ -533,6 +634,7 @@ class _Fresh:
         self.quotas: dict[str, dict[str, Quota]] = defaultdict(dict)
         self.classes: dict[str, PriorityClass] = {}
         self.config_maps: dict[str, dict[str, dict[str, str]]] = {}
+        self.autoscaling: _Shapes = {}
 
     def add(self, kind: str, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}
@@ -556,6 +658,8 @@ class _Fresh:
             keys = _config_map_keys(obj)
             if keys:
                 self.config_maps.setdefault(meta.get("namespace", ""), {})[name] = keys
+        elif kind in _SHAPES:
+            self.autoscaling[(meta.get("namespace", ""), name)] = _SHAPES[kind](obj)
 
 
 def _quota_amounts(values: Any) -> dict[str, Fraction]:

@@ -194,6 +194,11 @@ class Facts:
     # source does not know; the isolation rules then judge such a key as possibly "all".
     config_maps: Mapping[str, Mapping[str, str]] | None = None
     secrets: Mapping[str, Mapping[str, str]] | None = None
+    # GPU node shapes the cluster's autoscalers can create (Karpenter NodePools, Cluster API
+    # groups scaled from zero; `webhook.facts.provisioning`). None: the source does not know,
+    # so a missing node may still come. A tuple, even empty, means the source read the
+    # cluster's autoscaling objects: what is in no node and no shape cannot be had.
+    provisionable: tuple[Node, ...] | None = None
 
     def priority_class(self, name: str) -> PriorityClass | None:
         return self.priority_classes.get(name)

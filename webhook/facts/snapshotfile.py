@@ -3,7 +3,9 @@
 Used by the offline audit, the tests and `make run`; the format is documented in
 `examples/cluster-snapshot.yaml`. ConfigMaps and Secrets are optional sections: without one,
 that kind is unknown (`None` in the facts), which the isolation rules read differently from
-"known, and no such key".
+"known, and no such key". So are the autoscaler sections (`nodePools`, `machineSets`,
+`machineDeployments`, objects as `kubectl get -o yaml` prints them): with none of them the
+cluster's provisioning is unknown; with any of them, what they list is all it can create.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from webhook.facts.model import (
     Usage,
     visible_devices_keys,
 )
+from webhook.facts.provisioning import provisionable_shapes
 from webhook.quantity import QuantityError, parse_quantity
 
 __all__ = ["SnapshotError", "SnapshotFile", "StaticSnapshot", "load_snapshot", "snapshot_from_doc"]
@@ -112,6 +115,11 @@ class SnapshotFile(_Model):
     # None (the section left out) = this kind is not known, unlike an empty list.
     config_maps: list[_ConfigMapDoc] | None = None
     secrets: list[_SecretDoc] | None = None
+    # Autoscaler objects whole, as the API returns them (karpenter.sh/v1 NodePool,
+    # cluster.x-k8s.io MachineSet / MachineDeployment); read by `webhook.facts.provisioning`.
+    node_pools: list[dict[str, Any]] | None = None
+    machine_sets: list[dict[str, Any]] | None = None
+    machine_deployments: list[dict[str, Any]] | None = None
 
 
 class SnapshotError(ValueError):
@@ -165,9 +173,10 @@ class StaticSnapshot:
         pods: Iterable[PodGpus],
         config_maps: Iterable[tuple[str, str, Mapping[str, str]]] | None = None,
         secrets: Iterable[tuple[str, str, Mapping[str, str]]] | None = None,
+        provisionable: Iterable[Node] | None = None,
     ) -> None:
         """`config_maps` and `secrets` are (namespace, name, data) with data decoded; None
-        means the kind is unknown."""
+        means the kind is unknown, as for `provisionable` (shapes the cluster can create)."""
         self._namespaces = {k: dict(v) for k, v in namespaces.items()}
         self._nodes = NodeIndex(nodes)
         grouped: dict[str, list[Quota]] = defaultdict(list)
@@ -182,6 +191,7 @@ class StaticSnapshot:
         self._usage = dict(self._usage)
         self._config_maps = _env_sources(config_maps)
         self._secrets = _env_sources(secrets)
+        self._provisionable = None if provisionable is None else tuple(provisionable)
 
     def facts_for(self, namespace: str) -> Facts:
         return Facts(
@@ -193,6 +203,7 @@ class StaticSnapshot:
             nodes=self._nodes,
             config_maps=_in(self._config_maps, namespace),
             secrets=_in(self._secrets, namespace),
+            provisionable=self._provisionable,
         )
 
 
@@ -269,6 +280,9 @@ def snapshot_from_doc(doc: SnapshotFile) -> StaticSnapshot:
         pods=pods,
         config_maps=config_maps,
         secrets=secrets,
+        provisionable=provisionable_shapes(
+            doc.node_pools, doc.machine_sets, doc.machine_deployments
+        ),
     )
 
 

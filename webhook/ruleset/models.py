@@ -147,7 +147,8 @@ class VisibleDevicesRule(_Model):
 
 
 # Host paths holding GPU device nodes; directories above them (/, /dev, /dev/char) count too.
-DEFAULT_DEVICE_PATHS = ["/dev/nvidia*", "/dev/dri*", "/dev/kfd", "/dev/char/*"]
+# /proc/<pid>/root links to the host's / (and so to its /dev).
+DEFAULT_DEVICE_PATHS = ["/dev/nvidia*", "/dev/dri*", "/dev/kfd", "/dev/char/*", "/proc", "/proc/*"]
 
 
 class HostDevicesRule(_Model):

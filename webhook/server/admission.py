@@ -65,8 +65,10 @@ def decide(
     if skipped(request):
         return None, None
     if not rules.might_apply(request.raw_object) and not (
-        # GPU nodes without a GPU taint: any pod can land there, so none takes the fast path.
-        source is not None and untainted_gpu_nodes(source.facts_for(request.namespace).nodes)
+        # GPU nodes without a GPU taint the rules name: a pod may land there with no marker in
+        # its bytes, so none takes the fast path.
+        source is not None
+        and untainted_gpu_nodes(source.facts_for(request.namespace).nodes, rules.taint_keys)
     ):
         return None, None
     subject = subject_of(request)

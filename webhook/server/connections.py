@@ -151,6 +151,9 @@ class Connection(RequestHandler):
         sees a clean close), one still in its handshake or head is dropped."""
         CUT.labels(f"evicted_{self.phase.value}").inc()
         phase, self.phase = self.phase, _Phase.CLOSING
+        if self.body is not None:  # a stalled body: its handler stops waiting for the rest
+            self.body.set_exception(BodyTimeout())
+            self.body = None
         if self.handshake is not None:
             self.handshake.cancel()
         elif phase is _Phase.IDLE:
@@ -355,13 +358,18 @@ class Listener(web.BaseSite):
         """At the cap, close one connection that is not doing a request's work, cheapest loss
         first: the longest-idle one that never sent a request, else the oldest still in its
         TLS handshake, else the oldest still sending a request head, else the longest-idle
+        one whose body has been arriving for longer than `stalled_body`, else the longest-idle
         one that did send requests (the apiserver's pooled connections). A real client needs
-        milliseconds for a handshake or a head, so an attacker holding slots that way must
-        outpace every new connection; only when all are mid-request is the new one refused."""
+        milliseconds for a handshake, a head or a body, so an attacker holding slots that way
+        must outpace every new connection; only when all are doing a request's work is the
+        new one refused."""
+        now, stalled = self.now(), self._limits.stalled_body
         order: list[Callable[[Connection], bool]] = [
             lambda c: c.phase is _Phase.IDLE and not c.requests,
             lambda c: c.phase is _Phase.HANDSHAKE,
             lambda c: c.phase is _Phase.HEAD,
+            # a body still arriving after `stalled_body`: the apiserver sends one in one go
+            lambda c: c.phase is _Phase.REQUEST and c.body is not None and now - c.since > stalled,
             lambda c: c.phase is _Phase.IDLE,
         ]
         for wanted in order:

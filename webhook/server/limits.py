@@ -47,6 +47,11 @@ class Limits:
     # After a 413, unread body is read and dropped for this long, so the client gets to read
     # the answer instead of a reset; then the connection closes.
     linger: float = 2.0
+    # At the connection cap, a connection still sending its body after this long may be cut to
+    # make room: the apiserver sends a review in one go, so a body that trickles is a client
+    # holding a slot (without this, a few hundred trickling bodies would lock the apiserver
+    # out until the body timeout, and the next wave would do it again).
+    stalled_body: float = 1.0
 
     @property
     def request_timeout(self) -> float:

@@ -67,11 +67,13 @@ def _source(ref: Mapping[str, Any]) -> tuple[str, str, Any] | None:
     return None
 
 
-def _from_env_from(c: ContainerView, ctx: Context) -> tuple[str, str] | None:
-    """How `envFrom` may set the variable: (what was found, field), or None when it cannot.
+def _from_env_from(c: ContainerView, ctx: Context) -> tuple[str, str, bool] | None:
+    """How `envFrom` may set the variable: (what was found, field, definite), or None when no
+    entry can.
 
-    Later entries override earlier ones, so the last source that has the key decides; a source
-    whose keys the facts do not hold may have it, and is judged as possibly `all`.
+    A ConfigMap or Secret can be created or edited after admission (the kubelet reads it when
+    the container starts), so no source is ever trusted: the facts only tell a value that is
+    already wrong (definite) from one that may become so.
     """
     entries = c.raw.get("envFrom") or []
     for i in range(len(entries) - 1, -1, -1):
@@ -87,15 +89,23 @@ def _from_env_from(c: ContainerView, ctx: Context) -> tuple[str, str] | None:
         if ctx.facts is not None:
             known = ctx.facts.config_maps if kind == "ConfigMap" else ctx.facts.secrets
         shown = f"{kind} {name!r}" + (f" with prefix {prefix!r}" if prefix else "")
-        if known is None:
-            return f"possibly set by {shown} (keys unknown)", field
-        value = (known.get(name) or {}).get(key)
-        if value is None:
-            continue
-        if value in ctx.settings.visible_devices.allowed_values:
-            return None
-        return f"set to {value!r} by {shown} (key {key})", field
+        value = (known.get(name) or {}).get(key) if known is not None else None
+        if value is not None and value not in ctx.settings.visible_devices.allowed_values:
+            return f"set to {value!r} by {shown} (key {key})", field, True
+        return f"possibly set by {shown} (its keys can change)", field, False
     return None
+
+
+# With `deviceListStrategy: volume-mounts`, the toolkit reads the devices a container gets from
+# the names of mounts under this directory: a mount there asks for GPUs without an allocation.
+DEVICE_LIST_DIR = "/var/run/nvidia-container-devices"
+
+
+def _device_list_mounts(c: ContainerView) -> Iterator[tuple[int, str]]:
+    for i, m in enumerate(c.raw.get("volumeMounts") or []):
+        path = m.get("mountPath")
+        if isinstance(path, str) and normalise(path).startswith(DEVICE_LIST_DIR):
+            yield i, path
 
 
 def _judged(pod: PodView) -> Iterator[ContainerView]:
@@ -108,6 +118,20 @@ def visible_devices(pod: PodView, ctx: Context) -> Iterator[Finding]:
     shown_allowed = ", ".join(repr(v) for v in allowed)
     reach: bool | None = None
     for c in _judged(pod):
+        for i, path in _device_list_mounts(c):
+            yield Finding(
+                rule="visible-devices",
+                summary=(
+                    f"visible-devices: {c.label()} mounts {path!r}, which lists GPUs for the "
+                    "NVIDIA toolkit; expected no mount there"
+                ),
+                fix=(
+                    f"remove {c.field_path}.volumeMounts[{i}]: with deviceListStrategy "
+                    "volume-mounts a mount there hands the container GPUs without an allocation. "
+                    "Ask for GPUs in resources.limits instead" + SYSTEM
+                ),
+                field=f"{c.field_path}.volumeMounts[{i}]",
+            )
         explicit = _explicit(c)
         if explicit is not None:
             i, env = explicit
@@ -126,10 +150,13 @@ def visible_devices(pod: PodView, ctx: Context) -> Iterator[Finding]:
             continue
         via = _from_env_from(c, ctx)
         if via is not None:
-            found, field = via
-            unknown = found.startswith("possibly")
+            found, field, definite = via
             yield _finding(
-                c, found, field, shown_allowed, advisory=unknown and cfg.when_unknown == "allow"
+                c,
+                found,
+                field,
+                shown_allowed,
+                advisory=not definite and cfg.when_unknown == "allow",
             )
         elif not c.asks_gpu:
             yield Finding(
@@ -161,8 +188,8 @@ def _finding(c: ContainerView, found: str, field: str, allowed: str, *, advisory
         )
     if "envFrom" in field:
         change = (
-            f"give {field} a prefix that cannot spell {VISIBLE_DEVICES} (e.g. prefix: APP_), "
-            f"or remove that key from the source"
+            f"load the keys you need with env valueFrom (configMapKeyRef/secretKeyRef) instead "
+            f"of {field}, or give it a prefix that cannot spell {VISIBLE_DEVICES} (e.g. APP_)"
         )
     else:
         change = f"remove {field}"
