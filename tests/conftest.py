@@ -52,8 +52,10 @@ def review_for(
     old: Any = None,
     uid: str | None = None,
     dry_run: bool = False,
+    subresource: str = "",
 ) -> dict[str, Any]:
-    """An AdmissionReview as the apiserver sends it for `obj`."""
+    """An AdmissionReview as the apiserver sends it for `obj` (a subresource such as
+    `ephemeralcontainers` keeps the Pod's kind and names the subresource)."""
     kind = kind or obj["kind"]
     group, version, resource = RESOURCES.get(kind, ("example.com", "v1", kind.lower() + "s"))
     api_version = obj.get("apiVersion") if isinstance(obj, dict) else None
@@ -69,10 +71,14 @@ def review_for(
         "namespace": namespace,
         "operation": operation,
         "userInfo": {"username": "alice@example.com", "groups": ["system:authenticated"]},
+        **({"subResource": subresource, "requestSubResource": subresource} if subresource else {}),
         "object": obj,
         "oldObject": old,
         "dryRun": dry_run,
-        "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+        "options": {
+            "apiVersion": "meta.k8s.io/v1",
+            "kind": "UpdateOptions" if operation == "UPDATE" else "CreateOptions",
+        },
     }
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
 

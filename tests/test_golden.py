@@ -58,6 +58,13 @@ END_TO_END = {
     "pod-fractional-gpu-denied",
     "pod-no-memory-limit-no-probes",
     "priority-default-class-injected-pod",
+    # GPU access and autoscaled pools, as the apiserver would meet them
+    "access-non-gpu-sidecar-in-gpu-pod-gets-void",
+    "access-envfrom-configmap-all-denied",
+    "access-ephemeral-container-visible-devices-all-denied",
+    "schedulable-all-gpu-pools-at-zero-warned",
+    "schedulable-karpenter-nodepool-fits",
+    "schedulable-karpenter-product-no-nodepool-allows-denied",
 }
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

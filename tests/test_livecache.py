@@ -13,8 +13,9 @@ import yaml
 from fake_apiserver import FakeApiServer
 from kubernetes import client
 
-from webhook.facts.live import KINDS, LiveCache, pod_summary
+from webhook.facts.live import KINDS, LiveCache
 from webhook.facts.model import PodGpus
+from webhook.facts.objects import pod_summary
 from webhook.facts.reservations import Reservations
 
 ROOT = Path(__file__).resolve().parent.parent

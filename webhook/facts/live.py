@@ -31,12 +31,12 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
 
 import orjson
 
+from webhook.facts import objects
 from webhook.facts.model import (
     EMPTY_USAGE,
     GPU_PRODUCT_LABEL,
@@ -48,74 +48,13 @@ from webhook.facts.model import (
     PriorityClass,
     Quota,
     Usage,
-    visible_devices_keys,
 )
 from webhook.facts.provisioning import machine_group_shapes, node_pool_shapes
 from webhook.facts.reservations import Reservations
-from webhook.podrequest import effective_request, is_sidecar
-from webhook.quantity import QuantityError, parse_quantity
 
-__all__ = ["KINDS", "PROVISIONING_KINDS", "LiveCache", "pages", "pod_summary"]
+__all__ = ["KINDS", "PROVISIONING_KINDS", "LiveCache", "pages"]
 
 log = logging.getLogger("gpu-admission.cache")
-
-
-def _extended(amounts: Any) -> dict[str, Fraction]:
-    """Extended resources only (nvidia.com/gpu, rdma/...): cpu and memory are not ours."""
-    out: dict[str, Fraction] = {}
-    if not isinstance(amounts, dict):
-        return out
-    for name, value in amounts.items():
-        if "/" not in name or name.startswith(("hugepages-", "requests.", "limits.")):
-            continue
-        try:
-            amount = parse_quantity(value)
-        except QuantityError:
-            continue
-        if amount > 0:
-            out[name] = amount
-    return out
-
-
-def _asks(container: Any) -> dict[str, Fraction]:
-    """One container's extended resources; requests win over limits (they must be equal)."""
-    if not isinstance(container, dict):
-        return {}
-    res = container.get("resources") or {}
-    if not isinstance(res, dict):
-        return {}
-    return {**_extended(res.get("limits")), **_extended(res.get("requests"))}
-
-
-def pod_summary(pod: dict[str, Any], node_product: Callable[[str], str]) -> PodGpus | None:
-    """A pod as the quota rules need it, or None when it holds no extended resources.
-
-    Counted as the scheduler and ResourceQuota count it (`effective_request`): sidecars add
-    to the regular containers, ordinary init containers take the maximum.
-    """
-    spec = pod.get("spec") or {}
-    regular = [_asks(c) for c in spec.get("containers") or []]
-    init = [
-        (_asks(c), isinstance(c, dict) and is_sidecar(c)) for c in spec.get("initContainers") or []
-    ]
-    if not any(regular) and not any(asks for asks, _ in init):
-        return None  # most pods of a cluster: skip the arithmetic
-    gpus = effective_request(regular, init)
-    if not gpus:
-        return None
-    meta = pod.get("metadata") or {}
-    node = spec.get("nodeName") or ""
-    selector = spec.get("nodeSelector") or {}
-    product = (node_product(node) if node else "") or str(selector.get(GPU_PRODUCT_LABEL, ""))
-    return PodGpus(
-        namespace=meta.get("namespace", ""),
-        name=meta.get("name", ""),
-        phase=(pod.get("status") or {}).get("phase", "Pending"),
-        gpus=gpus,
-        node=node,
-        product=product,
-        priority_class=spec.get("priorityClassName") or "",
-    )
 
 
 @dataclass(frozen=True)
@@ -462,7 +401,7 @@ class LiveCache:
                 else:
                     self._namespaces[name] = dict(meta.get("labels") or {})
             elif kind == "nodes":
-                node = None if deleted else _node(obj)
+                node = None if deleted else objects.node(obj)
                 if self._nodes.get(name) == node:
                     return  # a status heartbeat: nothing the rules read has changed
                 if node is None:
@@ -475,17 +414,17 @@ class LiveCache:
                 if deleted:
                     quotas.pop(name, None)
                 else:
-                    quotas[name] = _quota(obj)
+                    quotas[name] = objects.quota(obj)
                 self._quotas[ns] = quotas
             elif kind == "priorityclasses":
                 classes = dict(self._classes)
                 if deleted:
                     classes.pop(name, None)
                 else:
-                    classes[name] = _priority_class(obj)
+                    classes[name] = objects.priority_class(obj)
                 self._classes = classes
             elif kind == "configmaps":
-                self._apply_config_map(ns, name, {} if deleted else _config_map_keys(obj))
+                self._apply_config_map(ns, name, {} if deleted else objects.config_map_keys(obj))
             elif kind in _SHAPES:
                 shapes = dict(self._autoscaling.get(kind, {}))
                 if deleted:
@@ -499,7 +438,7 @@ class LiveCache:
         old = self._pods.pop(key, None)
         if old is not None and old.phase not in TERMINATED:
             self._count(old, -1)
-        new = pod_summary(obj, self._node_product) if obj is not None else None
+        new = objects.pod_summary(obj, self._node_product) if obj is not None else None
         if new is None:
             return
         self._pods[key] = new
@@ -556,72 +495,6 @@ def pages(
             return
 
 
-def _node(obj: dict[str, Any]) -> Node:
-    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
-    return Node(
-        meta.get("name", ""),
-        dict(meta.get("labels") or {}),
-        _extended(status.get("allocatable")),
-        bool(spec.get("unschedulable")),
-        _taints(spec.get("taints")),
-    )
-
-
-# Taint effects that keep a pod off a node; PreferNoSchedule only steers the scheduler.
-_KEEPING_OFF = frozenset({"NoSchedule", "NoExecute"})
-
-
-def _taints(raw: Any) -> tuple[tuple[str, str, str], ...]:
-    """(key, value, effect) of each taint that keeps pods off the node."""
-    if not isinstance(raw, list):
-        return ()
-    return tuple(
-        (str(t.get("key") or ""), str(t.get("value") or ""), t["effect"])
-        for t in raw
-        if isinstance(t, dict) and t.get("effect") in _KEEPING_OFF
-    )
-
-
-# Longer values are cut: anyone who may create ConfigMaps could otherwise make the cache hold
-# 1 MiB per ConfigMap. A cut value ends in "…", so it never equals an allowed value (void,
-# none) and is judged as the whole value would be; 256 characters still show 6 GPU UUIDs.
-_MAX_VALUE = 256
-
-
-def _config_map_keys(obj: dict[str, Any]) -> dict[str, str]:
-    """The keys of a ConfigMap that `envFrom` could load as NVIDIA_VISIBLE_DEVICES.
-
-    Only `data`: the kubelet never turns `binaryData` into environment variables.
-    """
-    data = obj.get("data")
-    if not isinstance(data, dict):
-        return {}
-    return {
-        k: v if len(v) <= _MAX_VALUE else v[:_MAX_VALUE] + "…"
-        for k, v in visible_devices_keys(data).items()
-    }
-
-
-def _quota(obj: dict[str, Any]) -> Quota:
-    meta, status = obj.get("metadata") or {}, obj.get("status") or {}
-    hard = status.get("hard") or (obj.get("spec") or {}).get("hard") or {}
-    return Quota(
-        meta.get("namespace", ""),
-        meta.get("name", ""),
-        _quota_amounts(hard),
-        _quota_amounts(status.get("used")),
-    )
-
-
-def _priority_class(obj: dict[str, Any]) -> PriorityClass:
-    return PriorityClass(
-        (obj.get("metadata") or {}).get("name", ""),
-        int(obj.get("value") or 0),
-        obj.get("preemptionPolicy") or "PreemptLowerPriority",
-        bool(obj.get("globalDefault")),
-    )
-
-
 class _Fresh:
     """A relist being built: the same shapes as the cache's, filled page by page."""
 
@@ -640,7 +513,7 @@ class _Fresh:
         meta = obj.get("metadata") or {}
         name = meta.get("name", "")
         if kind == "pods":
-            pod = pod_summary(obj, self.node_product)
+            pod = objects.pod_summary(obj, self.node_product)
             if pod is not None:
                 self.pods[(pod.namespace, pod.name)] = pod
                 if pod.phase not in TERMINATED:
@@ -648,30 +521,18 @@ class _Fresh:
         elif kind == "namespaces":
             self.namespaces[name] = dict(meta.get("labels") or {})
         elif kind == "nodes":
-            self.nodes[name] = _node(obj)
+            self.nodes[name] = objects.node(obj)
         elif kind == "resourcequotas":
-            quota = _quota(obj)
+            quota = objects.quota(obj)
             self.quotas[quota.namespace][quota.name] = quota
         elif kind == "priorityclasses":
-            self.classes[name] = _priority_class(obj)
+            self.classes[name] = objects.priority_class(obj)
         elif kind == "configmaps":
-            keys = _config_map_keys(obj)
+            keys = objects.config_map_keys(obj)
             if keys:
                 self.config_maps.setdefault(meta.get("namespace", ""), {})[name] = keys
         elif kind in _SHAPES:
             self.autoscaling[(meta.get("namespace", ""), name)] = _SHAPES[kind](obj)
-
-
-def _quota_amounts(values: Any) -> dict[str, Fraction]:
-    out: dict[str, Fraction] = {}
-    for key, value in (values or {}).items():
-        if "/" not in key:  # only extended resources (requests.nvidia.com/gpu, ...)
-            continue
-        try:
-            out[key] = parse_quantity(value)
-        except QuantityError:
-            continue
-    return out
 
 
 def _lines_until_cut(resp: Any, kind: str) -> Iterator[bytes]:

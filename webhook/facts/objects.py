@@ -1,0 +1,161 @@
+"""What the cache keeps of each API object: pure functions, no client.
+
+Each one reads an object as the API server sends it (JSON: a pod, node, ResourceQuota,
+PriorityClass or ConfigMap) and returns the compact value `webhook.facts.live` holds; kept
+apart from the list+watch machinery so they stay free of I/O and are tested on their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from fractions import Fraction
+from typing import Any
+
+from webhook.facts.model import (
+    GPU_PRODUCT_LABEL,
+    Node,
+    PodGpus,
+    PriorityClass,
+    Quota,
+    visible_devices_keys,
+)
+from webhook.podrequest import effective_request, is_sidecar
+from webhook.quantity import QuantityError, parse_quantity
+
+__all__ = ["config_map_keys", "node", "pod_summary", "priority_class", "quota"]
+
+
+def _extended(amounts: Any) -> dict[str, Fraction]:
+    """Extended resources only (nvidia.com/gpu, rdma/...): cpu and memory are not ours."""
+    out: dict[str, Fraction] = {}
+    if not isinstance(amounts, dict):
+        return out
+    for name, value in amounts.items():
+        if "/" not in name or name.startswith(("hugepages-", "requests.", "limits.")):
+            continue
+        try:
+            amount = parse_quantity(value)
+        except QuantityError:
+            continue
+        if amount > 0:
+            out[name] = amount
+    return out
+
+
+def _asks(container: Any) -> dict[str, Fraction]:
+    """One container's extended resources; requests win over limits (they must be equal)."""
+    if not isinstance(container, dict):
+        return {}
+    res = container.get("resources") or {}
+    if not isinstance(res, dict):
+        return {}
+    return {**_extended(res.get("limits")), **_extended(res.get("requests"))}
+
+
+def pod_summary(pod: dict[str, Any], node_product: Callable[[str], str]) -> PodGpus | None:
+    """A pod as the quota rules need it, or None when it holds no extended resources.
+
+    Counted as the scheduler and ResourceQuota count it (`effective_request`): sidecars add
+    to the regular containers, ordinary init containers take the maximum.
+    """
+    spec = pod.get("spec") or {}
+    regular = [_asks(c) for c in spec.get("containers") or []]
+    init = [
+        (_asks(c), isinstance(c, dict) and is_sidecar(c)) for c in spec.get("initContainers") or []
+    ]
+    if not any(regular) and not any(asks for asks, _ in init):
+        return None  # most pods of a cluster: skip the arithmetic
+    gpus = effective_request(regular, init)
+    if not gpus:
+        return None
+    meta = pod.get("metadata") or {}
+    node = spec.get("nodeName") or ""
+    selector = spec.get("nodeSelector") or {}
+    product = (node_product(node) if node else "") or str(selector.get(GPU_PRODUCT_LABEL, ""))
+    return PodGpus(
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        phase=(pod.get("status") or {}).get("phase", "Pending"),
+        gpus=gpus,
+        node=node,
+        product=product,
+        priority_class=spec.get("priorityClassName") or "",
+    )
+
+
+def node(obj: dict[str, Any]) -> Node:
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    return Node(
+        meta.get("name", ""),
+        dict(meta.get("labels") or {}),
+        _extended(status.get("allocatable")),
+        bool(spec.get("unschedulable")),
+        _taints(spec.get("taints")),
+    )
+
+
+# Taint effects that keep a pod off a node; PreferNoSchedule only steers the scheduler.
+_KEEPING_OFF = frozenset({"NoSchedule", "NoExecute"})
+
+
+def _taints(raw: Any) -> tuple[tuple[str, str, str], ...]:
+    """(key, value, effect) of each taint that keeps pods off the node."""
+    if not isinstance(raw, list):
+        return ()
+    return tuple(
+        (str(t.get("key") or ""), str(t.get("value") or ""), t["effect"])
+        for t in raw
+        if isinstance(t, dict) and t.get("effect") in _KEEPING_OFF
+    )
+
+
+# Longer values are cut: anyone who may create ConfigMaps could otherwise make the cache hold
+# 1 MiB per ConfigMap. A cut value ends in "…", so it never equals an allowed value (void,
+# none) and is judged as the whole value would be; 256 characters still show 6 GPU UUIDs.
+_MAX_VALUE = 256
+
+
+def config_map_keys(obj: dict[str, Any]) -> dict[str, str]:
+    """The keys of a ConfigMap that `envFrom` could load as NVIDIA_VISIBLE_DEVICES.
+
+    Only `data`: the kubelet never turns `binaryData` into environment variables.
+    """
+    data = obj.get("data")
+    if not isinstance(data, dict):
+        return {}
+    return {
+        k: v if len(v) <= _MAX_VALUE else v[:_MAX_VALUE] + "…"
+        for k, v in visible_devices_keys(data).items()
+    }
+
+
+def quota(obj: dict[str, Any]) -> Quota:
+    meta, status = obj.get("metadata") or {}, obj.get("status") or {}
+    hard = status.get("hard") or (obj.get("spec") or {}).get("hard") or {}
+    return Quota(
+        meta.get("namespace", ""),
+        meta.get("name", ""),
+        _quota_amounts(hard),
+        _quota_amounts(status.get("used")),
+    )
+
+
+def priority_class(obj: dict[str, Any]) -> PriorityClass:
+    return PriorityClass(
+        (obj.get("metadata") or {}).get("name", ""),
+        int(obj.get("value") or 0),
+        obj.get("preemptionPolicy") or "PreemptLowerPriority",
+        bool(obj.get("globalDefault")),
+    )
+
+
+def _quota_amounts(values: Any) -> dict[str, Fraction]:
+    out: dict[str, Fraction] = {}
+    for key, value in (values or {}).items():
+        if "/" not in key:  # only extended resources (requests.nvidia.com/gpu, ...)
+            continue
+        try:
+            out[key] = parse_quantity(value)
+        except QuantityError:
+            continue
+    return out
