@@ -30,6 +30,9 @@ def held_gpus(r: Reservations, namespace: str = "ml") -> Fraction:
 class Snapshot:
     """A base source with 3 GPUs in use in every namespace."""
 
+    def node_index(self) -> NodeIndex:
+        return NodeIndex()
+
     def facts_for(self, namespace: str) -> Facts:
         usage = Usage(by_resource={GPU: Fraction(3)}, by_product={(GPU, H100): Fraction(3)})
         return Facts(namespace, {}, (), usage, {}, NodeIndex())

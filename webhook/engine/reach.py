@@ -67,9 +67,17 @@ def untainted_gpu_nodes(nodes: NodeIndex, taint_keys: frozenset[str] = frozenset
     """Whether some GPU node carries none of these taint keys (none at all, by default): a pod
     can then reach it with no toleration the rule set knows of, so its bytes may hold no
     marker the fast path looks for (e.g. AKS taints GPU pools `sku=gpu`)."""
-    return any(
+    global _last_open
+    if _last_open is not None and _last_open[0] is nodes and _last_open[1] == taint_keys:
+        return _last_open[2]  # every plain pod asks: once per node set and rule set
+    found = any(
         not any(key in taint_keys for key, _, _ in taints) for taints in gpu_node_taints(nodes)
     )
+    _last_open = (nodes, taint_keys, found)
+    return found
+
+
+_last_open: tuple[NodeIndex, frozenset[str], bool] | None = None
 
 
 def _selects_gpu_labels(pod: PodView, prefixes: tuple[str, ...]) -> bool:

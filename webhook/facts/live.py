@@ -153,6 +153,9 @@ class LiveCache:
     # Writers replace values (a namespace's usage, the class map, the node index) rather than
     # edit them, so the `Facts` a request takes stays consistent while the watch goes on.
 
+    def node_index(self) -> NodeIndex:
+        return self._node_index
+
     def facts_for(self, namespace: str) -> Facts:
         config_maps: Mapping[str, Mapping[str, str]] | None = None  # unknown until listed
         if "configmaps" in self._synced:

@@ -209,6 +209,10 @@ class FactsSource(Protocol):
 
     def facts_for(self, namespace: str) -> Facts: ...
 
+    def node_index(self) -> NodeIndex:
+        """The nodes alone, with no per-namespace work: the fast path asks on every request."""
+        ...
+
 
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import TypeVar
 
-from webhook.facts.model import Facts, FactsSource, PodGpus, Usage
+from webhook.facts.model import Facts, FactsSource, NodeIndex, PodGpus, Usage
 
 __all__ = ["Reservations", "ReservingFacts"]
 
@@ -213,6 +213,9 @@ class ReservingFacts:
     def __init__(self, base: FactsSource, reservations: Reservations) -> None:
         self.base = base
         self.reservations = reservations
+
+    def node_index(self) -> NodeIndex:
+        return self.base.node_index()
 
     def facts_for(self, namespace: str) -> Facts:
         facts = self.base.facts_for(namespace)

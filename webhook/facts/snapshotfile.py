@@ -193,6 +193,9 @@ class StaticSnapshot:
         self._secrets = _env_sources(secrets)
         self._provisionable = None if provisionable is None else tuple(provisionable)
 
+    def node_index(self) -> NodeIndex:
+        return self._nodes
+
     def facts_for(self, namespace: str) -> Facts:
         return Facts(
             namespace=namespace,

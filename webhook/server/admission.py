@@ -67,8 +67,7 @@ def decide(
     if not rules.might_apply(request.raw_object) and not (
         # GPU nodes without a GPU taint the rules name: a pod may land there with no marker in
         # its bytes, so none takes the fast path.
-        source is not None
-        and untainted_gpu_nodes(source.facts_for(request.namespace).nodes, rules.taint_keys)
+        source is not None and untainted_gpu_nodes(source.node_index(), rules.taint_keys)
     ):
         return None, None
     subject = subject_of(request)
