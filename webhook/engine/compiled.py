@@ -84,6 +84,7 @@ class CompiledRules:
         )
         # Whether "no node fits" is a fact: the cluster's provisioning is declared.
         self.provisioning_known = sched.autoscaling == "none" or bool(sched.provisionable)
+        self.cluster_autoscalers = sched.cluster_autoscalers
         self.max_staleness_seconds = ruleset.cluster.max_staleness_seconds
 
     def is_gpu(self, name: str) -> bool:

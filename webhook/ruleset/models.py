@@ -226,6 +226,10 @@ class SchedulableRule(_Model):
     # creates no nodes: the existing ones are all there is (strict).
     autoscaling: Literal["unknown", "none"] = "unknown"
     provisionable: list[ProvisionableShape] = Field(default_factory=list)
+    # Read the shapes Karpenter NodePools and Cluster API scale-from-zero groups can create.
+    # false: only `provisionable` counts (a cluster whose GPU pools the API does not show, e.g.
+    # a managed node group at zero beside Karpenter, would otherwise see false denials).
+    cluster_autoscalers: bool = True
     # Node-label prefixes that describe GPUs; selectors on other labels are not judged.
     gpu_label_prefixes: list[str] = Field(
         default_factory=lambda: [

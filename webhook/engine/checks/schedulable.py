@@ -93,14 +93,15 @@ def gpu_schedulable(pod: PodView, ctx: Context) -> Iterator[Finding]:
     # Every node shape the pod could get: the existing GPU pools and those the cluster can
     # create. When the cluster's provisioning is not declared, a shape no node has may still
     # come (an autoscaled pool at zero): that absence is a warning, never a denial.
+    from_cluster = (facts.provisionable or ()) if ctx.rules.cluster_autoscalers else ()
     nodes = [
         *facts.nodes.pools(ctx.rules.gpu_label_prefixes),
         *ctx.rules.provisionable,
-        *(facts.provisionable or ()),
+        *from_cluster,
     ]
     # The cluster's autoscaler objects make absence a fact only when they show some GPU shape:
     # Karpenter with no GPU NodePool says nothing about, say, a managed GPU group at zero.
-    known = ctx.rules.provisioning_known or bool(facts.provisionable)
+    known = ctx.rules.provisioning_known or bool(from_cluster)
     for name in ask:
         if not any(n.gpus.get(name, 0) > 0 for n in nodes):
             offered = sorted({r for n in nodes for r, v in n.gpus.items() if v > 0})
