@@ -299,8 +299,15 @@ DEFAULT_EXEMPT_NAMESPACES = [
     "kube-system",
     "kube-public",
     "kube-node-lease",
-    "gpu-operator",
-    "nvidia-gpu-operator",  # the GPU operator's namespace on OpenShift
+    # Where GPU operators and device plugins install by default: they mount /dev, run
+    # privileged and set NVIDIA_VISIBLE_DEVICES=all by design.
+    "gpu-operator",  # NVIDIA GPU Operator
+    "nvidia-gpu-operator",  # NVIDIA GPU Operator on OpenShift
+    "nvidia-network-operator",  # NVIDIA Network Operator (GPUDirect RDMA)
+    "node-feature-discovery",  # NFD, which labels GPU nodes
+    "openshift-nfd",  # NFD on OpenShift
+    "kube-amd-gpu",  # AMD GPU Operator
+    "inteldeviceplugins-system",  # Intel device plugins operator
     "gpu-admission",
 ]
 
