@@ -25,24 +25,11 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import ROOT, SNAPSHOT, review_for
+from test_server_limits import GPU_POD
 
 DRAIN = 0.5
 PATIENCE = 15.0  # reached only when a test fails
 
-GPU_POD = {
-    "apiVersion": "v1",
-    "kind": "Pod",
-    "metadata": {"name": "train", "namespace": "ml-team"},
-    "spec": {
-        "containers": [
-            {
-                "name": "main",
-                "image": "pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime",
-                "resources": {"limits": {"nvidia.com/gpu": "1", "memory": "8Gi"}},
-            }
-        ]
-    },
-}
 BODY = json.dumps(review_for(GPU_POD)).encode()
 HEADERS = {"Content-Type": "application/json"}
 
