@@ -301,9 +301,11 @@ def schema_errors(obj: dict[str, Any]) -> list[str]:
     return []
 
 
-def pod_specs_as_pods(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Each pod spec inside the object, wrapped as a Pod so the schema checks it as a PodSpec."""
+def pod_specs_as_pods(obj: dict[str, Any], table: Any = None) -> dict[str, dict[str, Any]]:
+    """Each pod spec inside the object, wrapped as a Pod so the schema checks it as a PodSpec
+    (`table`: a rule set's workload table, for kinds it declares)."""
     from webhook.engine.podviews import group_of, pod_views
+    from webhook.engine.workloads import DEFAULT_TABLE
     from webhook.ruleset.models import RuleSet
 
     views = pod_views(
@@ -311,6 +313,7 @@ def pod_specs_as_pods(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
         group=group_of(obj.get("apiVersion")),
         kind=obj["kind"],
         is_gpu=RuleSet().gpu_names().matches,
+        table=table or DEFAULT_TABLE,
     )
     return {
         v.pointer: {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": v.spec}
@@ -318,17 +321,16 @@ def pod_specs_as_pods(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
     }
 
 
-def schema_problems(obj: dict[str, Any]) -> list[str]:
+def schema_problems(obj: dict[str, Any], table: Any = None) -> list[str]:
     """Built-in kinds are checked whole; CRDs (no schema here) pod spec by pod spec."""
     from webhook.engine.podviews import BUILTIN_GROUPS, group_of
 
     if group_of(obj.get("apiVersion")) in BUILTIN_GROUPS:
         return schema_errors(obj)
-    return [
-        f"{where}: {e}" for where, pod in pod_specs_as_pods(obj).items() for e in schema_errors(pod)
-    ]
+    pods = pod_specs_as_pods(obj, table)
+    return [f"{where}: {e}" for where, pod in pods.items() for e in schema_errors(pod)]
 
 
-def assert_schema_valid(obj: dict[str, Any]) -> None:
-    errors = schema_problems(obj)
+def assert_schema_valid(obj: dict[str, Any], table: Any = None) -> None:
+    errors = schema_problems(obj, table)
     assert not errors, errors

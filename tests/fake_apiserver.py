@@ -39,6 +39,11 @@ PATHS = {
     "nodepools": "/apis/karpenter.sh/v1/nodepools",
     "machinesets": "/apis/cluster.x-k8s.io/v1beta1/machinesets",
     "machinedeployments": "/apis/cluster.x-k8s.io/v1beta1/machinedeployments",
+    "deviceclasses": "/apis/resource.k8s.io/v1/deviceclasses",
+    "resourceclaimtemplates": "/apis/resource.k8s.io/v1/resourceclaimtemplates",
+    "resourceclaims": "/apis/resource.k8s.io/v1/resourceclaims",
+    "servingruntimes": "/apis/serving.kserve.io/v1alpha1/servingruntimes",
+    "clusterservingruntimes": "/apis/serving.kserve.io/v1alpha1/clusterservingruntimes",
 }
 KIND_NAMES = {
     "namespaces": ("v1", "Namespace"),
@@ -56,11 +61,17 @@ KIND_NAMES = {
     "nodepools": ("karpenter.sh/v1", "NodePool"),
     "machinesets": ("cluster.x-k8s.io/v1beta1", "MachineSet"),
     "machinedeployments": ("cluster.x-k8s.io/v1beta1", "MachineDeployment"),
+    "deviceclasses": ("resource.k8s.io/v1", "DeviceClass"),
+    "resourceclaimtemplates": ("resource.k8s.io/v1", "ResourceClaimTemplate"),
+    "resourceclaims": ("resource.k8s.io/v1", "ResourceClaim"),
+    "servingruntimes": ("serving.kserve.io/v1alpha1", "ServingRuntime"),
+    "clusterservingruntimes": ("serving.kserve.io/v1alpha1", "ClusterServingRuntime"),
 }
 # Kinds that also answer on /namespaces/{namespace}/<plural> under their group's prefix.
 NAMESPACED = {
     "pods", "resourcequotas", "configmaps", "deployments", "statefulsets", "daemonsets",
     "replicasets", "jobs", "cronjobs", "machinesets", "machinedeployments",
+    "resourceclaimtemplates", "resourceclaims", "servingruntimes",
 }  # fmt: skip
 
 

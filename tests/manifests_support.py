@@ -114,14 +114,25 @@ ROUTED: dict[tuple[str, str, str], set[str]] = {
         ("ray.io", "v1", "rayclusters rayjobs rayservices"),
         ("kubeflow.org", "v1", "pytorchjobs tfjobs mpijobs xgboostjobs paddlejobs jaxjobs"),
         ("kubeflow.org", "v2beta1", "mpijobs"),
+        ("trainer.kubeflow.org", "v1alpha1", "trainingruntimes clustertrainingruntimes trainjobs"),
         ("serving.kserve.io", "v1beta1", "inferenceservices"),
+        ("serving.kserve.io", "v1alpha1", "servingruntimes clusterservingruntimes"),
+        ("serving.kserve.io", "v1alpha1", "llminferenceservices"),
+        ("serving.kserve.io", "v1alpha2", "llminferenceservices"),
         ("jobset.x-k8s.io", "v1alpha2", "jobsets"),
         ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets"),
+        ("batch.volcano.sh", "v1alpha1", "jobs"),
+        ("apps.nvidia.com", "v1alpha1", "nimservices nimpipelines"),
     ]
     for resource in resources.split()
 }
 # Kinds the pod views know that the webhook is deliberately not registered for.
-NOT_ROUTED = {("batch.volcano.sh", "Job")}
+NOT_ROUTED: set[tuple[str, str]] = set()
+# Cluster-scoped kinds: their webhook rules say `scope: Cluster`.
+CLUSTER_SCOPED = {
+    ("trainer.kubeflow.org", "clustertrainingruntimes"),
+    ("serving.kserve.io", "clusterservingruntimes"),
+}
 
 
 def resource_of(kind: str) -> str:

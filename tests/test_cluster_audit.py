@@ -125,3 +125,35 @@ def test_a_report_too_big_to_store_keeps_failures_first() -> None:
     assert len(small["results"]) == 1000
     assert [r["result"] for r in small["results"][:3]] == ["fail"] * 3
     assert small["metadata"]["annotations"]["gpu-admission.io/results-dropped"] == "503"
+
+
+def _runtime(name: str, gpus: str, ns: str | None = "ml-team") -> dict[str, Any]:
+    meta = {"name": name, **({"namespace": ns} if ns else {})}
+    container = {
+        "name": "kserve-container",
+        "image": "vllm/vllm-openai:v0.8.5",
+        "resources": {"limits": {"nvidia.com/gpu": gpus, "memory": "24Gi"}},
+    }
+    return {"metadata": meta, "spec": {"supportedModelFormats": [{"name": "vllm"}],
+                                       "containers": [container]}}  # fmt: skip
+
+
+def test_crd_workload_kinds_the_cluster_serves_are_audited_and_absent_ones_skipped(
+    cluster: Path, server: FakeApiServer
+) -> None:
+    # ServingRuntimes are served by the fake apiserver; RayClusters, TrainJobs... answer 404,
+    # as on a cluster without those CRDs, and are skipped without failing the audit.
+    server.put("servingruntimes", _runtime("half-runtime", "0.5"))
+    server.put("clusterservingruntimes", _runtime("shared-runtime", "1", ns=None))
+    result = run("--cluster", "--kubeconfig", str(cluster), "-o", "json")
+    assert result.returncode == 1, result.stderr
+    by_name = {r["name"]: r for r in json.loads(result.stdout)["results"]}
+    assert by_name["half-runtime"]["kind"] == "ServingRuntime"
+    assert not by_name["half-runtime"]["allowed"]
+    assert by_name["shared-runtime"]["kind"] == "ClusterServingRuntime"
+    assert by_name["shared-runtime"]["namespace"] == ""  # judged under no namespace's rules
+    assert by_name["shared-runtime"]["allowed"]
+    # Limited to one namespace: a cluster-scoped runtime belongs to none.
+    result = run("--cluster", "--kubeconfig", str(cluster), "-o", "json", "--namespace", "ml-team")
+    names = {r["name"] for r in json.loads(result.stdout)["results"]}
+    assert "half-runtime" in names and "shared-runtime" not in names

@@ -19,6 +19,7 @@ import pytest
 import yaml
 from conftest import CORPUS, Webhook, pod_specs_as_pods, schema_errors
 
+from webhook.engine.checks.kserve import runtime_merge
 from webhook.engine.podviews import BUILTIN_GROUPS, group_of, holds_pods, pod_views
 from webhook.ruleset.models import RuleSet
 
@@ -149,13 +150,23 @@ def test_corpus_verdicts_match_what_a_platform_engineer_expects(webhook: Webhook
     if exempt:
         assert mutation.patch == [] and verdict.allowed
         return
-    if "NO_NVIDIA_GPU_TOLERATION" in row.flags and any(
+    if not view.mutable:
+        # Judged only (TrainJob, NIMService): the operator's pods get the mutations when
+        # they are created, so nothing here is patched.
+        assert not any(op["path"].startswith(view.pointer + "/") for op in mutation.patch)
+    elif "NO_NVIDIA_GPU_TOLERATION" in row.flags and any(
         v > 0 and n.startswith("nvidia.com/") for _, n, v in asks
     ):
         assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in (
             view.spec.get("tolerations") or []
         )
-    if "NO_DEV_SHM" in row.flags and main_gpu:
+    shm_elsewhere = runtime_merge(view, None) is not None or not view.shm
+    if "NO_DEV_SHM" in row.flags and main_gpu and view.mutable and shm_elsewhere:
+        # KServe merges this predictor over a serving runtime (an LLMInferenceService over
+        # its configs) that may bring its own /dev/shm, which ours would replace: with no
+        # cluster facts none is added, and a warning says so.
+        assert "gpu-shm" in verdict.warned_rules
+    elif "NO_DEV_SHM" in row.flags and main_gpu and view.mutable:
         assert any(
             m.get("mountPath") == "/dev/shm"
             for c in view.main_containers
@@ -164,7 +175,7 @@ def test_corpus_verdicts_match_what_a_platform_engineer_expects(webhook: Webhook
         )
     if "GPU_FRACTIONAL" in row.flags and gpu:
         assert "gpu-whole-quantity" in verdict.denied_rules
-    if "GPU_IN_REQUESTS_ONLY" in row.flags and gpu:
+    if "GPU_IN_REQUESTS_ONLY" in row.flags and gpu and view.mutable:
         assert any("/resources/limits" in op["path"] for op in mutation.patch)
     hand_set = [v.split("=", 1)[1] for v in re.split(r"[;,]", row.visible) if "=" in v]
     if any(value not in ("void", "none", "") for value in hand_set):

@@ -38,7 +38,6 @@ from conftest import ROOT, Webhook, schema_problems, start_webhook, stop_webhook
 from webhook.engine.compiled import CompiledRuleSet, compile_rules
 from webhook.engine.decision import Decision
 from webhook.engine.pipeline import Stage, evaluate
-from webhook.engine.podviews import holds_pods
 from webhook.engine.reach import untainted_gpu_nodes
 from webhook.engine.subject import Subject, subject_for
 from webhook.facts.model import Facts
@@ -65,6 +64,21 @@ END_TO_END = {
     "schedulable-all-gpu-pools-at-zero-warned",
     "schedulable-karpenter-nodepool-fits",
     "schedulable-karpenter-product-no-nodepool-allows-denied",
+    # DRA: claims resolved through the snapshot, quota in devices, no facts
+    "dra-claim-template-pod-patched",
+    "dra-claim-name-pod-patched",
+    "dra-device-class-extended-resource-schedulable",
+    "dra-quota-native-devices-exceeded-denied",
+    "dra-deployment-claim-template-patched",
+    "dra-claims-without-facts-not-denied",
+    # KServe runtimes read from the snapshot; a device plugin's denial
+    "shm-kserve-runtime-provides-shm",
+    "access-device-plugin-nvidia-in-user-namespace-denied",
+    # workload kinds: one declared in a rule file, shipped CRDs, a cluster-scoped one
+    "workloads-declared-crd-patched",
+    "trainjob-half-gpu-per-node-denied",
+    "llminferenceservice-gpu-template-gets-toleration-not-shm",
+    "clusterservingruntime-keeps-its-shm-worker-spec-patched",
 }
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -148,7 +162,9 @@ def decide(case: Case, obj: Any, stage: Stage) -> Decision:
     rules = _compiled(case.rules)
     subject = case.subject(obj)
     decision = evaluate(subject, rules, _facts(case), stage=stage)
-    if case.operation not in ("CREATE", "UPDATE") or not holds_pods(subject.group, subject.kind):
+    if case.operation not in ("CREATE", "UPDATE") or not rules.workloads.holds_pods(
+        subject.group, subject.kind
+    ):
         return Decision()
     # Compact, as the apiserver writes it: the fast path reads the bytes it is sent.
     facts = _facts(case)
@@ -203,7 +219,8 @@ def test_golden_case_is_decided_as_expected(path: Path) -> None:
     # The patch never breaks the schema: the result has no error the input did not have
     # (KServe's predictor with only a `model` is not a full PodSpec on its own).
     if decision.patch:
-        assert set(schema_problems(mutated)) <= set(schema_problems(case.obj))
+        table = _compiled(case.rules).workloads
+        assert set(schema_problems(mutated, table)) <= set(schema_problems(case.obj, table))
 
 
 @pytest.mark.parametrize("path", CASES, ids=IDS)
@@ -277,6 +294,7 @@ def test_golden_case_is_admitted_over_https(server_for: Any, path: Path) -> None
         assert {r for r, v in annotations.items() if v == "audit"} == set(expected["audited"])
     for text in case.messages:
         assert text in verdict.message + "\n".join(verdict.warnings)
-    assert set(schema_problems(mutated)) <= set(schema_problems(case.obj))
+    table = _compiled(case.rules).workloads
+    assert set(schema_problems(mutated, table)) <= set(schema_problems(case.obj, table))
     # Reinvocation over HTTPS too.
     assert hook.mutate(mutated, **case.request).patch == []

@@ -19,6 +19,7 @@ import pytest
 import yaml
 from manifests_support import (
     CERT_MANAGER_KINDS,
+    CLUSTER_SCOPED,
     K8S_VERSIONS,
     KUBECTL,
     KUSTOMIZATIONS,
@@ -26,15 +27,17 @@ from manifests_support import (
     NOT_ROUTED,
     ROOT,
     ROUTED,
+    RULES,
     SERVICE_DNS,
     one,
     render,
-    resource_of,
     webhook_entries,
 )
 
 from webhook.certs.inject import inject_ca_bundle, inject_ca_bundle_file
-from webhook.engine.podviews import POD_SPEC_PATHS
+from webhook.engine.compiled import compile_rules
+from webhook.engine.workloads import DEFAULT_TABLE
+from webhook.rulecli.webhooks import render_webhooks
 from webhook.ruleset.files import rule_files
 from webhook.selectors import LabelSelector
 
@@ -270,6 +273,11 @@ def test_the_webhook_may_only_read_the_cluster() -> None:
         ("karpenter.sh", "nodepools"),  # what the cluster can create: GPU pools at zero
         ("cluster.x-k8s.io", "machinesets"),
         ("cluster.x-k8s.io", "machinedeployments"),
+        ("resource.k8s.io", "deviceclasses"),  # DRA: which pods' claims are GPU claims
+        ("resource.k8s.io", "resourceclaimtemplates"),
+        ("resource.k8s.io", "resourceclaims"),
+        ("serving.kserve.io", "servingruntimes"),  # whether a runtime brings /dev/shm
+        ("serving.kserve.io", "clusterservingruntimes"),
     }
     assert all(verbs == {"get", "list", "watch"} for verbs in granted.values())
     binding = one("base", "ClusterRoleBinding")
@@ -333,8 +341,12 @@ def test_egress_is_the_api_server_and_dns_only() -> None:
 def _routes(hook: dict[str, Any]) -> dict[tuple[str, str, str], set[str]]:
     routes: dict[tuple[str, str, str], set[str]] = {}
     for rule in hook["rules"]:
-        assert rule["scope"] == "Namespaced"
         for group in rule["apiGroups"]:
+            expected = {
+                "Cluster" if (group, r) in CLUSTER_SCOPED else "Namespaced"
+                for r in rule["resources"]
+            }
+            assert {rule["scope"]} == expected, rule
             for version in rule["apiVersions"]:
                 for resource in rule["resources"]:
                     routes.setdefault((group, version, resource), set()).update(rule["operations"])
@@ -354,8 +366,21 @@ def test_each_webhook_is_routed_exactly_the_kinds_the_webhook_handles(
 
 def test_every_kind_the_pod_views_know_is_routed_unless_deliberately_not() -> None:
     routed_kinds = {(group, resource) for group, _, resource in ROUTED}
-    unrouted = {(g, k) for g, k in POD_SPEC_PATHS if (g, resource_of(k)) not in routed_kinds}
+    unrouted = {
+        (w.group, w.kind)
+        for w in DEFAULT_TABLE.kinds
+        if (w.group, w.declared.resource) not in routed_kinds
+    }
     assert unrouted == NOT_ROUTED
+
+
+def test_the_shipped_webhook_configurations_are_the_ones_generated_from_the_shipped_rules() -> None:
+    """manifests/base/webhooks.yaml is `gpu-admission rules webhooks rules/`, byte for byte:
+    a rule-file change that routes or selects more must be regenerated, never hand-edited."""
+    shipped = (ROOT / "manifests" / "base" / "webhooks.yaml").read_text()
+    assert shipped == render_webhooks(compile_rules(RULES)), (
+        "regenerate: gpu-admission rules webhooks rules > manifests/base/webhooks.yaml"
+    )
 
 
 @pytest.mark.parametrize(("kind", "hook"), _webhook_params())

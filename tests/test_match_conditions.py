@@ -25,7 +25,8 @@ from manifests_support import (
 
 from webhook.engine import compile_rules, evaluate, subject_for
 from webhook.engine.compiled import CompiledRuleSet
-from webhook.engine.podviews import POD_SPEC_PATHS, group_of, pod_views
+from webhook.engine.podviews import group_of, pod_views
+from webhook.engine.workloads import DEFAULT_TABLE
 from webhook.ruleset.models import RuleSet
 
 # --- (b) matchConditions, evaluated with CEL ----------------------------------------------------
@@ -339,6 +340,59 @@ KINDS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
         "LeaderWorkerSet",
         spec={"leaderWorkerTemplate": {"workerTemplate": _template(s), "size": 2}},
     ),
+    "InferenceService-worker": lambda s: _obj(
+        "serving.kserve.io/v1beta1",
+        "InferenceService",
+        spec={"predictor": {"model": {"modelFormat": {"name": "vllm"}}, "workerSpec": s}},
+    ),
+    "ServingRuntime": lambda s: _obj(
+        "serving.kserve.io/v1alpha1",
+        "ServingRuntime",
+        spec={"supportedModelFormats": [{"name": "vllm"}], **s},
+    ),
+    "ClusterServingRuntime-worker": lambda s: _obj(
+        "serving.kserve.io/v1alpha1",
+        "ClusterServingRuntime",
+        spec={"containers": [_container(name="kserve-container")], "workerSpec": s},
+    ),
+    "LLMInferenceService-decode": lambda s: _obj(
+        "serving.kserve.io/v1alpha1",
+        "LLMInferenceService",
+        spec={"model": {"uri": "hf://org/model"}, "template": s},
+    ),
+    "LLMInferenceService-prefill-worker": lambda s: _obj(
+        "serving.kserve.io/v1alpha2",
+        "LLMInferenceService",
+        spec={"model": {"uri": "hf://org/model"}, "prefill": {"worker": s}},
+    ),
+    "TrainingRuntime": lambda s: _obj(
+        "trainer.kubeflow.org/v1alpha1",
+        "TrainingRuntime",
+        spec={"template": {"spec": {"replicatedJobs": [
+            {"name": "node", "template": {"spec": {"template": _template(s)}}},
+        ]}}},
+    ),
+    "ClusterTrainingRuntime": lambda s: _obj(
+        "trainer.kubeflow.org/v1alpha1",
+        "ClusterTrainingRuntime",
+        spec={"template": {"spec": {"replicatedJobs": [
+            {"name": "init", "template": {"spec": {"template": _template(_limits("cpu", 1))}}},
+            {"name": "node", "template": {"spec": {"template": _template(s)}}},
+        ]}}},
+    ),
+    "VolcanoJob": lambda s: _obj(
+        "batch.volcano.sh/v1alpha1",
+        "Job",
+        spec={"tasks": [{"name": "cpu", "template": _template(_limits("cpu", 1))},
+                        {"name": "gpu", "replicas": 2, "template": _template(s)}]},
+    ),
+}  # fmt: skip
+# Kinds without a pod spec, tested in test_workloads.py: TrainJob keeps one container-like
+# trainer with its resources under `resourcesPerNode`, a NIMService's spec is one.
+NO_POD_SPEC = {
+    ("trainer.kubeflow.org", "TrainJob"),
+    ("apps.nvidia.com", "NIMService"),
+    ("apps.nvidia.com", "NIMPipeline"),
 }
 
 
@@ -368,7 +422,7 @@ def _compiled(rules: RuleSet) -> CompiledRuleSet:
 
 def test_every_routed_kind_has_an_example_here() -> None:
     built = {(group_of(make({})["apiVersion"]), make({})["kind"]) for make in KINDS.values()}
-    assert built == set(POD_SPEC_PATHS) - NOT_ROUTED
+    assert built == {(w.group, w.kind) for w in DEFAULT_TABLE.kinds} - NOT_ROUTED - NO_POD_SPEC
     assert all(routed(make({})) for make in KINDS.values())
 
 

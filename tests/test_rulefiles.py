@@ -42,7 +42,7 @@ BROKEN = {
     "typo in a field": (
         "rules:\n  gpu-shm:\n    maxSise: 4Gi\n",
         "a.yaml:3: rules.gpu-shm.maxSise: Extra inputs are not permitted; expected one of: "
-        "mutate, volumeName, memoryFraction, minSize, maxSize, defaultSize",
+        "mutate, mode, volumeName, memoryFraction, minSize, maxSize, defaultSize",
     ),
     "unknown rule": ("rules:\n  gpu-shmm: {}\n", "a.yaml:2: rules.gpu-shmm"),
     "wrong mode": (

@@ -130,6 +130,9 @@ def _rules(args: argparse.Namespace) -> int:
         else:
             sys.stdout.write(text)
         return 0
+    if args.rules_command == "webhooks":
+        dest = Path(args.out) if args.out else None
+        return rulecli.webhooks(folder, sys.stdout, sys.stderr, dest)
     if args.rules_command == "test":
         cases = [Path(c) for c in args.cases] or [folder / "tests"]
         return rulecli.test(folder, cases, sys.stdout)
@@ -321,6 +324,11 @@ def build_parser() -> argparse.ArgumentParser:
     tst = rules_sub.add_parser("test", help="run rule test cases (default: DIR/tests)")
     tst.add_argument("dir", nargs="?", default="rules")
     tst.add_argument("--cases", action="append", default=[], help="case file or folder")
+    hooks = rules_sub.add_parser(
+        "webhooks", help="print the webhook configurations that route this rule set's kinds"
+    )
+    hooks.add_argument("dir", nargs="?", default="rules")
+    hooks.add_argument("--out", help="write to this file instead of stdout")
     exp = rules_sub.add_parser("explain", help="effective settings for one namespace")
     exp.add_argument("dir", nargs="?", default="rules")
     exp.add_argument("--namespace", required=True)

@@ -101,7 +101,9 @@ def _cluster(args: argparse.Namespace, rules: CompiledRuleSet) -> int:
 
     progress = sys.stderr if sys.stderr.isatty() else None
     try:
-        workloads = list_workloads(api, namespace=args.namespace, progress=progress)
+        workloads = list_workloads(
+            api, namespace=args.namespace, progress=progress, table=rules.workloads
+        )
         summary = _report(keep(audit(workloads, rules, source=facts)), args, rules, facts=True)
     except Exception as exc:
         return _fail(f"the cluster read failed part way: {exc}")

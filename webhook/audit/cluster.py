@@ -14,6 +14,8 @@ from typing import Any, TextIO
 from webhook.audit.manifests import Document
 from webhook.audit.run import AuditResult
 from webhook.engine.compiled import CompiledRuleSet
+from webhook.engine.podviews import BUILTIN_GROUPS
+from webhook.engine.workloads import DEFAULT_TABLE, WorkloadTable
 from webhook.facts.live import LiveCache, pages
 from webhook.facts.model import FactsSource
 
@@ -63,8 +65,10 @@ def list_workloads(
     namespace: str | None = None,
     page_size: int = 500,
     progress: TextIO | None = None,
+    table: WorkloadTable = DEFAULT_TABLE,
 ) -> Iterator[Document]:
-    """Top-level workloads, page by page: memory stays bounded by the page size."""
+    """Top-level workloads, page by page: memory stays bounded by the page size. Built-in
+    kinds first, then every CRD kind of the workload table that the cluster serves."""
     from kubernetes import client
 
     seen = 0
@@ -83,8 +87,53 @@ def list_workloads(
                 obj.setdefault("kind", kind)
                 meta = obj.get("metadata") or {}
                 yield Document(f"{kind}/{meta.get('namespace', '')}/{meta.get('name', '')}", obj)
+    for kind, items in _custom_workloads(api_client, table, namespace, page_size):
+        for obj in items:
+            seen += 1
+            if progress is not None and seen % 500 == 0:
+                print(f"\rlisted {seen} objects...", end="", file=progress, flush=True)
+            if _controlled(obj):
+                continue  # a RayCluster owned by a RayService, a JobSet owned by a TrainJob
+            meta = obj.get("metadata") or {}
+            yield Document(f"{kind}/{meta.get('namespace', '')}/{meta.get('name', '')}", obj)
     if progress is not None and seen >= 500:
         print(f"\rlisted {seen} objects.   ", file=progress, flush=True)
+
+
+def _custom_workloads(
+    api_client: Any, table: WorkloadTable, namespace: str | None, page_size: int
+) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """Pages of every CRD kind the workload table knows; a kind not installed is skipped.
+
+    The first listed version is read (the webhook rules list the versions they accept, and
+    the apiserver converts between served versions). Cluster-scoped kinds belong to no
+    namespace: read only when the audit is not limited to one.
+    """
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    api = client.CustomObjectsApi(api_client)
+    for w in table.kinds:
+        if w.group in BUILTIN_GROUPS:
+            continue
+        d = w.declared
+        if namespace and w.cluster_scoped:
+            continue
+        args: dict[str, Any] = {"group": d.group, "version": d.versions[0], "plural": d.resource}
+        if namespace:
+            fn: Any = api.list_namespaced_custom_object
+            args["namespace"] = namespace
+        else:
+            fn = api.list_cluster_custom_object
+        try:
+            for items, _ in pages(fn, page_size, **args):
+                for obj in items:
+                    obj.setdefault("apiVersion", f"{d.group}/{d.versions[0]}")
+                    obj.setdefault("kind", d.kind)
+                yield d.kind, items
+        except ApiException as exc:
+            if exc.status != 404:  # 404: the CRD is not installed here
+                raise
 
 
 @dataclass

@@ -7,6 +7,7 @@ about what `kubectl apply` will do.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +16,6 @@ from webhook.audit.manifests import Document, InputError
 from webhook.engine.compiled import CompiledRuleSet
 from webhook.engine.decision import Decision
 from webhook.engine.pipeline import evaluate
-from webhook.engine.podviews import holds_pods
 from webhook.engine.subject import subject_for
 from webhook.facts.model import FactsSource
 
@@ -109,7 +109,10 @@ def _audit_one(
     doc: Document, rules: CompiledRuleSet, namespace: str, source: FactsSource | None
 ) -> AuditResult | Skipped:
     subject = subject_for(doc.obj, fallback_namespace=namespace)
-    if not holds_pods(subject.group, subject.kind):
+    workload = rules.workloads.get(subject.group, subject.kind)
+    if workload is not None and workload.cluster_scoped:
+        subject = dataclasses.replace(subject, namespace="")  # no namespace's rules or quota
+    if not rules.workloads.holds_pods(subject.group, subject.kind):
         return Skipped(doc.source, subject.kind or "(no kind)")
     facts = source.facts_for(subject.namespace) if source is not None else None
     return AuditResult(

@@ -18,6 +18,7 @@ from fractions import Fraction
 from webhook.engine.checks import MUTATIONS, VALIDATIONS, Mutation, Validation
 from webhook.engine.decision import Mode
 from webhook.engine.prefilter import markers, might_apply
+from webhook.engine.workloads import workload_table
 from webhook.facts.model import Node
 from webhook.ruleset.models import QuotaBudget, RuleSet, RuleSettings, TolerationSpec
 from webhook.ruleset.resolve import applicable, matchers, merge
@@ -62,7 +63,17 @@ class CompiledRules:
         self._gpu = ruleset.gpu_names()
         self._gpu_seen: dict[str, bool] = {}
         self.tolerations: tuple[tuple[TolerationSpec, re.Pattern[str]], ...] = tuple(
-            (spec, re.compile("|".join(fnmatch.translate(p) for p in spec.resources)))
+            # "(?!)" matches nothing: a toleration asked for by DRA devices alone.
+            (spec, re.compile("|".join(fnmatch.translate(p) for p in spec.resources) or "(?!)"))
+            for spec in self.settings.gpu_tolerations.tolerations
+        )
+        # DRA: which DeviceClasses hand out GPUs, and the classes and drivers each toleration
+        # is for (in the order of `tolerations`); `engine.claims` reads them.
+        classes = ruleset.gpu_device_classes
+        self.gpu_class_names = NamePatterns(classes.names)
+        self.gpu_drivers = NamePatterns(classes.drivers)
+        self.class_tolerations: tuple[tuple[NamePatterns, NamePatterns], ...] = tuple(
+            (NamePatterns(spec.device_classes), NamePatterns(spec.drivers))
             for spec in self.settings.gpu_tolerations.tolerations
         )
         self.taint_keys = frozenset(spec.key for spec in self.settings.gpu_tolerations.tolerations)
@@ -117,6 +128,8 @@ class CompiledRuleSet:
         self._by_shape: dict[tuple[int, ...], CompiledRules] = {(): self.base}
         self._shape_of: dict[tuple[str, tuple[tuple[str, str], ...] | None], tuple[int, ...]] = {}
         self.markers = markers(ruleset)
+        # Where each kind keeps its pod specs: shipped kinds and the rule set's own.
+        self.workloads = workload_table(ruleset.workloads)
         # The GPU taint keys of the rule set and its overrides, as the fast path knows them.
         self.taint_keys = frozenset(t.key for t in ruleset.rules.gpu_tolerations.tolerations) | {
             t["key"]

@@ -12,6 +12,7 @@ import dataclasses
 from enum import Enum
 from typing import Any
 
+from webhook.engine import claims
 from webhook.engine.accounting import hold_reach, pod_gpus
 from webhook.engine.checks import ISOLATION_RULES
 from webhook.engine.compiled import CompiledRules, CompiledRuleSet
@@ -54,6 +55,7 @@ def _evaluate(
     subject: Subject, rules: CompiledRuleSet, facts: Facts | None, stage: Stage
 ) -> Decision:
     compiled, views = _scope(subject, rules)
+    views = claims.resolve(views, compiled, facts)  # DRA claims that reach GPU classes
     ctx = Context(compiled, subject.namespace, subject.kind, subject.operation, facts)
     patch: list[dict[str, Any]] = []
     mutated_by: list[str] = []
@@ -69,6 +71,7 @@ def _evaluate(
         obj = jsonpatch.JsonPatch(patch).apply(clone(obj), in_place=True)
         subject = dataclasses.replace(subject, obj=obj)
         _, views = _scope(subject, rules)  # the same namespace: the same compiled rules
+        views = claims.resolve(views, compiled, facts)
     findings = _validate(views, ctx, facts is not None)
     return combine(
         findings,
@@ -130,20 +133,27 @@ def _scope(subject: Subject, rules: CompiledRuleSet) -> tuple[CompiledRules, lis
         return compiled, []
     if subject.subresource and not ephemeral:
         return compiled, []
-    views = pod_views(subject.obj, group=subject.group, kind=subject.kind, is_gpu=compiled.is_gpu)
+    table = rules.workloads
+    views = pod_views(
+        subject.obj, group=subject.group, kind=subject.kind, is_gpu=compiled.is_gpu, table=table
+    )
     if ephemeral:
         views = _new_ephemeral(subject, views)
     elif subject.operation == "UPDATE" and views and subject.old_obj is not None:
-        old_specs = {v.pointer: v.spec for v in _old_views(subject, compiled)}
+        old_specs = {v.pointer: v.spec for v in _old_views(subject, compiled, rules)}
         views = [v for v in views if old_specs.get(v.pointer) != v.spec]
     kept = (_exempt(v, subject.namespace, rules) for v in views)
     return compiled, [v for v in kept if v is not None]
 
 
-def _old_views(subject: Subject, compiled: CompiledRules) -> list[PodView]:
+def _old_views(subject: Subject, compiled: CompiledRules, rules: CompiledRuleSet) -> list[PodView]:
     try:
         return pod_views(
-            subject.old_obj, group=subject.group, kind=subject.kind, is_gpu=compiled.is_gpu
+            subject.old_obj,
+            group=subject.group,
+            kind=subject.kind,
+            is_gpu=compiled.is_gpu,
+            table=rules.workloads,
         )
     except UnreadableObject:
         return []  # an unreadable old object: treat every template as changed
@@ -157,6 +167,8 @@ def _mutate(
     if not mutations:
         return
     for view in views:
+        if not view.mutable:
+            continue  # judged only: its pods are mutated when they are created
         # GPU pods get every mutation; other pods (and pods judged for GPU access only) get
         # those that decide for themselves, like hiding the GPUs from a pod that can reach them.
         full = view.asks_gpu and not view.isolation_only
@@ -193,13 +205,15 @@ def _hold(subject: Subject, views: list[PodView], ctx: Context) -> PodGpus | Non
     """What an admitted pod holds until the watch sees it: pod CREATEs with GPUs only.
 
     Controllers are judged again when their pods are created, so they hold nothing. The hold
-    is charged to every budgeted product the pod could land on (`hold_reach`).
+    is charged to every budgeted product the pod could land on (`hold_reach`). GPU devices of
+    claims made from templates are held too (by `<class>.deviceclass.resource.k8s.io/devices`,
+    an `All` request as 1), until the watch shows a claim made for the pod.
     """
     if subject.kind != "Pod" or subject.group != "" or subject.operation != "CREATE" or not views:
         return None
     if views[0].isolation_only:
         return None
-    gpus = pod_gpus(views[0])
+    gpus = {**pod_gpus(views[0]), **claims.device_totals(claims.new_devices(views[0], ctx), 1)}
     if not gpus:
         return None
     reach = hold_reach(views[0], ctx)

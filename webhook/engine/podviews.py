@@ -1,8 +1,9 @@
 """Where pod specs live inside workload objects, and typed read-only views over them.
 
-This is the only module that knows the path table (`spec.template.spec` for a Deployment,
-`spec.jobTemplate.spec.template.spec` for a CronJob, ...). Every view carries the JSON pointer
-of its pod spec, so checks work relative to the pod spec and never learn the table.
+The paths come from the workload table (`webhook.ruleset.workloads`: `spec.template.spec` for
+a Deployment, `spec.jobTemplate.spec.template.spec` for a CronJob, a team's own CRDs...). Every
+view carries the JSON pointer of its pod spec, so checks work relative to the pod spec and
+never learn the table.
 
 Views check the shape of exactly the fields the rules read: the review envelope is strict, the
 object inside is tolerant, but a field of the wrong type becomes an `UnreadableObject` that
@@ -16,12 +17,13 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from webhook.engine.workloads import DEFAULT_TABLE, Workload, WorkloadTable
 from webhook.podrequest import is_sidecar
 from webhook.quantity import QuantityError, parse_quantity
+from webhook.ruleset.workloads import LIST_ITEMS, MAP_VALUES
 
 __all__ = [
     "BUILTIN_GROUPS",
-    "POD_SPEC_PATHS",
     "ContainerView",
     "PodView",
     "UnreadableObject",
@@ -30,71 +32,6 @@ __all__ = [
     "pod_views",
     "pointer",
 ]
-
-_TEMPLATE = (("spec", "template", "spec"),)
-
-
-def _ray(*prefix: str) -> tuple[tuple[str, ...], ...]:
-    return (
-        (*prefix, "headGroupSpec", "template", "spec"),
-        (*prefix, "workerGroupSpecs", "*", "template", "spec"),
-    )
-
-
-def _replicas(field: str) -> tuple[tuple[str, ...], ...]:
-    return (("spec", field, "*", "template", "spec"),)
-
-
-# (API group, kind) -> path segments from the object root to each pod spec. "*" walks every
-# list item or map value. The group matters: Volcano's batch.volcano.sh Job is not a batch/v1
-# Job. GPU CRDs are here too, so the webhook and the audit treat their pods like any other.
-POD_SPEC_PATHS: dict[tuple[str, str], tuple[tuple[str, ...], ...]] = {
-    ("", "Pod"): (("spec",),),
-    ("", "PodTemplate"): (("template", "spec"),),
-    ("", "ReplicationController"): _TEMPLATE,
-    ("apps", "Deployment"): _TEMPLATE,
-    ("apps", "StatefulSet"): _TEMPLATE,
-    ("apps", "DaemonSet"): _TEMPLATE,
-    ("apps", "ReplicaSet"): _TEMPLATE,
-    ("batch", "Job"): _TEMPLATE,
-    ("batch", "CronJob"): (("spec", "jobTemplate", "spec", "template", "spec"),),
-    ("ray.io", "RayCluster"): _ray("spec"),
-    ("ray.io", "RayJob"): (
-        *_ray("spec", "rayClusterSpec"),
-        ("spec", "submitterPodTemplate", "spec"),
-    ),
-    ("ray.io", "RayService"): _ray("spec", "rayClusterConfig"),
-    ("kubeflow.org", "PyTorchJob"): _replicas("pytorchReplicaSpecs"),
-    ("kubeflow.org", "TFJob"): _replicas("tfReplicaSpecs"),
-    ("kubeflow.org", "MPIJob"): _replicas("mpiReplicaSpecs"),
-    ("kubeflow.org", "XGBoostJob"): _replicas("xgbReplicaSpecs"),
-    ("kubeflow.org", "PaddleJob"): _replicas("paddleReplicaSpecs"),
-    ("kubeflow.org", "JAXJob"): _replicas("jaxReplicaSpecs"),
-    # KServe inlines the pod spec into each component (containers, volumes, tolerations...).
-    ("serving.kserve.io", "InferenceService"): (
-        ("spec", "predictor"),
-        ("spec", "transformer"),
-        ("spec", "explainer"),
-    ),
-    ("jobset.x-k8s.io", "JobSet"): (
-        ("spec", "replicatedJobs", "*", "template", "spec", "template", "spec"),
-    ),
-    ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"): (
-        ("spec", "leaderWorkerTemplate", "leaderTemplate", "spec"),
-        ("spec", "leaderWorkerTemplate", "workerTemplate", "spec"),
-    ),
-    ("batch.volcano.sh", "Job"): (("spec", "tasks", "*", "template", "spec"),),
-}
-
-# Pod-spec keys that hold one container each, besides the containers lists: KServe's model
-# and framework shortcuts (spec.predictor.model, spec.predictor.pytorch, ...).
-_KSERVE_INLINE = (
-    "model", "tensorflow", "pytorch", "sklearn", "xgboost", "onnx", "triton",
-    "lightgbm", "pmml", "paddle", "huggingface",
-)  # fmt: skip
-INLINE_CONTAINERS: dict[tuple[str, str], tuple[str, ...]] = {
-    ("serving.kserve.io", "InferenceService"): _KSERVE_INLINE,
-}
 
 # Kinds whose pods come from a built-in controller: the apiserver knows their schema.
 BUILTIN_GROUPS = frozenset({"", "apps", "batch"})
@@ -107,9 +44,9 @@ def group_of(api_version: object) -> str:
     return api_version.split("/", 1)[0]
 
 
-def holds_pods(group: str, kind: str) -> bool:
-    """Whether objects of this group and kind contain pod specs we know how to find."""
-    return (group, kind) in POD_SPEC_PATHS
+def holds_pods(group: str, kind: str, table: WorkloadTable = DEFAULT_TABLE) -> bool:
+    """Whether objects of this group and kind contain pod specs the table locates."""
+    return table.holds_pods(group, kind)
 
 
 class UnreadableObject(ValueError):
@@ -160,6 +97,39 @@ def _list_of_mappings(value: Any, where: str) -> list[dict[str, Any]]:
     return value
 
 
+def _text(obj: dict[str, Any], key: str, where: str) -> str:
+    value = obj.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise UnreadableObject(f"{where}.{key}", f"expected a string, found {type(value).__name__}")
+    return value
+
+
+def _claim_refs(value: Any, where: str) -> tuple[tuple[str, str], ...]:
+    """(claim, request) of each `resources.claims` entry: the pod's DRA claims a container
+    uses, all of a claim's requests when `request` is empty."""
+    refs = []
+    for i, ref in enumerate(_list_of_mappings(value, where)):
+        name, request = (_text(ref, key, f"{where}[{i}]") for key in ("name", "request"))
+        if name:
+            refs.append((name, request))
+    return tuple(refs)
+
+
+def _pod_claims(value: Any, where: str) -> tuple[tuple[str, str, str], ...]:
+    """(name, resourceClaimTemplateName, resourceClaimName) of each `spec.resourceClaims`."""
+    claims = []
+    for i, claim in enumerate(_list_of_mappings(value, where)):
+        name, template, existing = (
+            _text(claim, key, f"{where}[{i}]")
+            for key in ("name", "resourceClaimTemplateName", "resourceClaimName")
+        )
+        if name:
+            claims.append((name, template, existing))
+    return tuple(claims)
+
+
 @dataclass(frozen=True, slots=True)
 class ContainerView:
     """One container (or init container) with its GPU asks already parsed."""
@@ -179,6 +149,14 @@ class ContainerView:
     sidecar: bool = False
     # In ephemeralContainers (kubectl debug): no resources, added to a running pod.
     ephemeral: bool = False
+    # The key of its ResourceRequirements: "resources", except for container-like objects
+    # outside a pod spec (Kubeflow Trainer's spec.trainer.resourcesPerNode).
+    resources_key: str = "resources"
+    # DRA: (pod claim name, request name or "") of each resources.claims entry, and the GPU
+    # DeviceClasses they resolve to once the engine has the facts (`engine.claims`), which
+    # then also sets `asks_gpu`.
+    claims: tuple[tuple[str, str], ...] = ()
+    gpu_classes: tuple[str, ...] = ()
 
     def locate(self, spec: dict[str, Any]) -> dict[str, Any]:
         """The same container inside another copy of the pod spec (a mutation's working copy)."""
@@ -190,7 +168,13 @@ class ContainerView:
 
     @property
     def resources(self) -> dict[str, Any]:
-        return self.raw.get("resources") or {}
+        found = self.raw.get(self.resources_key)
+        return found if isinstance(found, dict) else {}
+
+    @property
+    def resources_path(self) -> str:
+        """Where its resources are, for messages: spec.containers[0].resources."""
+        return f"{self.field_path}.{self.resources_key}"
 
     @property
     def runs_alongside(self) -> bool:
@@ -227,6 +211,12 @@ class PodView:
     # The containers being judged (their slots); None: all. An ephemeral-container update
     # judges only the containers it adds.
     focus: frozenset[tuple[str | int, ...]] | None = None
+    # From the workload table: false, the object is judged but never patched (its pods are,
+    # when created); shm false, a controller merges it over a base with its own /dev/shm.
+    mutable: bool = True
+    shm: bool = True
+    # DRA: (name, resourceClaimTemplateName, resourceClaimName) of each spec.resourceClaims.
+    resource_claims: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def asks_gpu(self) -> bool:
@@ -246,7 +236,7 @@ def _walk(
         yield done, node
         return
     head, rest = segments[0], segments[1:]
-    if head == "*":
+    if head in (LIST_ITEMS, MAP_VALUES):  # either walks list items and map values alike
         if isinstance(node, list):
             for i, item in enumerate(node):
                 yield from _walk(item, rest, (*done, i))
@@ -327,6 +317,7 @@ def _containers(
                 asks_gpu=any(v > 0 for v in gl.values()) or any(v > 0 for v in gr.values()),
                 sidecar=list_name == "initContainers" and is_sidecar(c),
                 ephemeral=list_name == "ephemeralContainers",
+                claims=_claim_refs(res.get("claims"), f"{cpath}.resources.claims"),
             )
         )
     return tuple(views)
@@ -353,43 +344,85 @@ def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _replica_count(obj: dict[str, Any], kind: str) -> int:
-    """How many pods of the template run at once, for the built-in controllers; 1 otherwise."""
-    spec = _dict(obj.get("spec"))
-    if kind == "CronJob":
-        spec = _dict(_dict(spec.get("jobTemplate")).get("spec"))
-    key = "parallelism" if kind in ("Job", "CronJob") else "replicas"
-    value = spec.get(key, 1)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 1
+def _replica_count(obj: dict[str, Any], path: tuple[str, ...] | None) -> int:
+    """How many pods of each template run at once (replicas, parallelism); 1 when unsaid."""
+    if path is None:
+        return 1
+    node: Any = obj
+    for seg in path:
+        node = _dict(node).get(seg)
+    if node is None:
+        return 1
+    return node if isinstance(node, int) and not isinstance(node, bool) and node >= 0 else 1
 
 
-def pod_views(obj: Any, *, group: str, kind: str, is_gpu: Callable[[str], bool]) -> list[PodView]:
+def _check_pod_fields(spec: dict[str, Any], spec_path: str) -> None:
+    for list_name in ("tolerations", "volumes"):
+        _list_of_mappings(spec.get(list_name), f"{spec_path}.{list_name}")
+    for text_field in ("priorityClassName", "nodeName", "serviceAccountName"):
+        value = spec.get(text_field)
+        if value is not None and not isinstance(value, str):
+            raise UnreadableObject(
+                f"{spec_path}.{text_field}",
+                f"expected a string, found {type(value).__name__}",
+            )
+
+
+def _lone_container(
+    raw: dict[str, Any], where: str, key: str, is_gpu: Callable[[str], bool]
+) -> ContainerView:
+    """A container-like object outside any pod spec (TrainJob's spec.trainer)."""
+    res = _mapping(raw.get(key), f"{where}.{key}")
+    limits = _mapping(res.get("limits"), f"{where}.{key}.limits")
+    requests = _mapping(res.get("requests"), f"{where}.{key}.requests")
+    gl, rgl = _gpu_quantities(limits, f"{where}.{key}.limits", is_gpu)
+    gr, rgr = _gpu_quantities(requests, f"{where}.{key}.requests", is_gpu)
+    _list_of_mappings(raw.get("env"), f"{where}.env")
+    return ContainerView(
+        raw=raw,
+        slot=("containers", 0),
+        init=False,
+        name=raw["name"] if isinstance(raw.get("name"), str) else where,
+        field_path=where,
+        gpu_limits=gl,
+        gpu_requests=gr,
+        raw_gpu_limits=rgl,
+        raw_gpu_requests=rgr,
+        asks_gpu=any(v > 0 for v in gl.values()) or any(v > 0 for v in gr.values()),
+        resources_key=key,
+    )
+
+
+def _parent_meta(obj: dict[str, Any], where: tuple[str | int, ...]) -> Any:
+    """The template's own metadata sits beside its spec; a bare Pod's is the object's."""
+    parent: Any = obj
+    for seg in where[:-1]:
+        parent = parent[seg]
+    return parent.get("metadata") if isinstance(parent, dict) else None
+
+
+def pod_views(
+    obj: Any,
+    *,
+    group: str,
+    kind: str,
+    is_gpu: Callable[[str], bool],
+    table: WorkloadTable = DEFAULT_TABLE,
+) -> list[PodView]:
     """Every pod spec inside `obj`; [] for kinds that hold none."""
-    paths = POD_SPEC_PATHS.get((group, kind))
-    if paths is None:
+    workload = table.get(group, kind)
+    if workload is None:
         return []
     if not isinstance(obj, dict):
         raise UnreadableObject("object", f"expected a {kind} object, found {type(obj).__name__}")
     views = []
-    for segments in paths:
+    replicas = _replica_count(obj, workload.replicas)
+    for segments in workload.spec_paths:
         for where, spec in _walk(obj, segments, ()):
             spec_path = _dotted("", *where)
             spec = _mapping(spec, spec_path)
-            # The template's own metadata sits beside its spec; a bare Pod's is the object's.
-            parent: Any = obj
-            for seg in where[:-1]:
-                parent = parent[seg]
-            meta = parent.get("metadata") if isinstance(parent, dict) else None
-            owners = _owner_kinds(meta) if kind == "Pod" else (kind,)
-            for list_name in ("tolerations", "volumes"):
-                _list_of_mappings(spec.get(list_name), f"{spec_path}.{list_name}")
-            for text_field in ("priorityClassName", "nodeName", "serviceAccountName"):
-                value = spec.get(text_field)
-                if value is not None and not isinstance(value, str):
-                    raise UnreadableObject(
-                        f"{spec_path}.{text_field}",
-                        f"expected a string, found {type(value).__name__}",
-                    )
+            meta = _parent_meta(obj, where)
+            _check_pod_fields(spec, spec_path)
             views.append(
                 PodView(
                     spec=spec,
@@ -397,11 +430,41 @@ def pod_views(obj: Any, *, group: str, kind: str, is_gpu: Callable[[str], bool])
                     field_path=spec_path,
                     kind=kind,
                     labels=_labels(meta),
-                    owner_kinds=owners,
-                    containers=_containers(
-                        spec, spec_path, is_gpu, INLINE_CONTAINERS.get((group, kind), ())
+                    owner_kinds=_owner_kinds(meta) if kind == "Pod" else (kind,),
+                    containers=_containers(spec, spec_path, is_gpu, workload.inline),
+                    replicas=replicas,
+                    mutable=workload.mutate,
+                    shm=workload.shm,
+                    resource_claims=_pod_claims(
+                        spec.get("resourceClaims"), f"{spec_path}.resourceClaims"
                     ),
-                    replicas=_replica_count(obj, kind),
+                )
+            )
+    views += _container_path_views(obj, workload, is_gpu, replicas)
+    return views
+
+
+def _container_path_views(
+    obj: dict[str, Any], workload: Workload, is_gpu: Callable[[str], bool], replicas: int
+) -> list[PodView]:
+    """One view per container-like object: a pod spec of that one container, never patched."""
+    views = []
+    for segments, key in workload.container_paths:
+        for where, raw in _walk(obj, segments, ()):
+            path = _dotted("", *where)
+            container = _lone_container(_mapping(raw, path), path, key, is_gpu)
+            views.append(
+                PodView(
+                    spec={"containers": [container.raw]},
+                    pointer=pointer(*where),
+                    field_path=path,
+                    kind=workload.kind,
+                    labels={},
+                    owner_kinds=(workload.kind,),
+                    containers=(container,),
+                    replicas=replicas,
+                    mutable=False,
+                    shm=False,
                 )
             )
     return views

@@ -19,6 +19,15 @@ they can create (`webhook.facts.provisioning`). They are optional: a 404 on a li
 CRD is not installed (the kind holds nothing; listed again every `recheck_seconds` in case it
 comes), a 403 means we may not read it (provisioning unknown, warned). Neither holds up
 `synced`, and the facts say provisioning is known only once every installed kind is listed.
+
+DRA's DeviceClasses, ResourceClaimTemplates and ResourceClaims (`resource.k8s.io/v1`) are
+optional the same way (404: DRA not served, known empty; 403: unknown) and kept as
+`webhook.facts.dra` reduces them. A claim made for a pod from a template ends that pod's
+hold: from then on the claim itself counts.
+
+KServe's ServingRuntimes and ClusterServingRuntimes (`serving.kserve.io/v1alpha1`) too (404:
+KServe not installed, known empty; 403: unknown), kept as `webhook.facts.servingruntimes`
+reduces them: which runtime an InferenceService predictor uses, and whether it brings /dev/shm.
 """
 
 from __future__ import annotations
@@ -36,7 +45,7 @@ from typing import Any
 
 import orjson
 
-from webhook.facts import objects
+from webhook.facts import dra, objects, servingruntimes
 from webhook.facts.model import (
     EMPTY_USAGE,
     GPU_PRODUCT_LABEL,
@@ -47,12 +56,13 @@ from webhook.facts.model import (
     PodGpus,
     PriorityClass,
     Quota,
+    ServingRuntime,
     Usage,
 )
 from webhook.facts.provisioning import machine_group_shapes, node_pool_shapes
 from webhook.facts.reservations import Reservations
 
-__all__ = ["KINDS", "PROVISIONING_KINDS", "LiveCache", "pages"]
+__all__ = ["DRA_KINDS", "KINDS", "PROVISIONING_KINDS", "SERVING_KINDS", "LiveCache", "pages"]
 
 log = logging.getLogger("gpu-admission.cache")
 
@@ -92,6 +102,17 @@ _SHAPES: dict[str, Callable[[dict[str, Any]], tuple[Node, ...] | None]] = {
     "machinesets": machine_group_shapes,
     "machinedeployments": machine_group_shapes,
 }
+# DRA (resource.k8s.io/v1), optional the same way: a 404 means the cluster does not serve it.
+DRA_KINDS = tuple(
+    Kind(n, "custom", _CUSTOM, group="resource.k8s.io", version="v1") for n in dra.KINDS
+)
+# KServe's ServingRuntimes and ClusterServingRuntimes, optional the same way (404: KServe is
+# not installed); kept as `webhook.facts.servingruntimes` reduces them.
+SERVING_KINDS = tuple(
+    Kind(n, "custom", _CUSTOM, group="serving.kserve.io", version="v1alpha1")
+    for n in servingruntimes.KINDS
+)
+_OPTIONAL = PROVISIONING_KINDS + DRA_KINDS + SERVING_KINDS
 # (namespace, name) -> the object's shapes, None for one that cannot be told.
 _Shapes = dict[tuple[str, str], tuple[Node, ...] | None]
 
@@ -138,6 +159,8 @@ class LiveCache:
         self._autoscaling: dict[str, _Shapes] = {}
         self._absent: set[str] = set()
         self._provisionable: tuple[Node, ...] | None = None  # rebuilt whole on each change
+        self._dra = dra.DraCache()  # DeviceClasses, claim templates and claims
+        self._runtimes = servingruntimes.RuntimeStore()  # KServe's serving runtimes
         self._lock = threading.Lock()  # writers only; readers take references to whole values
         self._contact: dict[str, float] = {}  # kind -> monotonic time of last sign of life
         self._synced: set[str] = set()
@@ -170,6 +193,8 @@ class LiveCache:
             age_seconds=self.age_seconds(),
             config_maps=config_maps,
             provisionable=self._provisionable,
+            dra=self._dra.facts_for(namespace),
+            serving_runtimes=self._runtimes.facts_for(namespace),
         )
 
     def age_seconds(self) -> float | None:
@@ -190,7 +215,7 @@ class LiveCache:
     # ---- lifecycle --------------------------------------------------------------------
 
     def start(self) -> None:
-        for kind in KINDS + PROVISIONING_KINDS:
+        for kind in KINDS + _OPTIONAL:
             t = threading.Thread(target=self._run, args=(kind,), name=f"watch-{kind.name}")
             t.daemon = True
             t.start()
@@ -213,11 +238,11 @@ class LiveCache:
         """
         from kubernetes.client.exceptions import ApiException
 
-        for kind in KINDS + PROVISIONING_KINDS:
+        for kind in KINDS + _OPTIONAL:
             try:
                 self._list(kind)
             except ApiException as exc:
-                if kind in PROVISIONING_KINDS and self._not_served(kind, exc):
+                if kind in _OPTIONAL and self._not_served(kind, exc):
                     continue
                 if kind.name != "configmaps" or exc.status != 403:
                     raise
@@ -249,22 +274,31 @@ class LiveCache:
         status = getattr(exc, "status", None)
         if status not in (404, 403):
             return False
+        if kind in SERVING_KINDS:
+            with self._lock:
+                return self._runtimes.not_served(kind.name, status)
         with self._lock:
-            self._autoscaling.pop(kind.name, None)
-            if status == 404:
-                self._absent.add(kind.name)
+            if kind in DRA_KINDS:
+                self._dra.not_served(kind.name, forbidden=status == 403)
             else:
-                self._absent.discard(kind.name)
-            self._provisionable = self._provisionable_now()
+                self._autoscaling.pop(kind.name, None)
+                if status == 404:
+                    self._absent.add(kind.name)
+                else:
+                    self._absent.discard(kind.name)
+                self._provisionable = self._provisionable_now()
         if status == 404:
             log.info(
                 "%s: not installed (404); looking again in %.0fs", kind.name, self.recheck_seconds
             )
         else:
             log.warning(
-                "%s: not allowed to list them (403); the GPU nodes the cluster can create are "
-                "unknown, so a missing one is a warning",
+                "%s: not allowed to list them (403); %s",
                 kind.name,
+                "pods' DRA claims are unknown, so they make no pod a GPU pod"
+                if kind in DRA_KINDS
+                else "the GPU nodes the cluster can create are unknown, so a missing one is a "
+                "warning",
             )
         return True
 
@@ -286,7 +320,7 @@ class LiveCache:
             except Exception as exc:
                 if self._stop.is_set():
                     return
-                if kind in PROVISIONING_KINDS and self._not_served(kind, exc):
+                if kind in _OPTIONAL and self._not_served(kind, exc):
                     self._stop.wait(self.recheck_seconds)
                     continue
                 log.warning("%s: %s; retrying in %.1fs", kind.name, _describe(exc), backoff)
@@ -367,6 +401,10 @@ class LiveCache:
                 self._autoscaling[kind] = fresh.autoscaling
                 self._absent.discard(kind)
                 self._provisionable = self._provisionable_now()
+            elif kind in dra.KINDS:
+                self._dra.replace(kind, fresh.dra)
+            elif kind in servingruntimes.KINDS:
+                self._runtimes.replace(kind, fresh.runtimes)
 
     def _provisionable_now(self) -> tuple[Node, ...] | None:
         """Every shape of every listed autoscaler kind; None while one is unknown or none is
@@ -428,6 +466,15 @@ class LiveCache:
                 self._classes = classes
             elif kind == "configmaps":
                 self._apply_config_map(ns, name, {} if deleted else objects.config_map_keys(obj))
+            elif kind in servingruntimes.KINDS:
+                runtime = None if deleted else servingruntimes.reduce(kind, obj)[1]
+                self._runtimes.put(kind, ns, name, runtime)
+            elif kind in dra.KINDS:
+                self._dra.put(kind, ns, name, None if deleted else dra.reduce(kind, obj)[2])
+                owner = dra.claim_owner(obj) if kind == "resourceclaims" and not deleted else ""
+                if owner and self.reservations is not None:
+                    # The claim made for an admitted pod now counts: its hold has done its job.
+                    self.reservations.release_for(PodGpus(ns, owner, "", {}))
             elif kind in _SHAPES:
                 shapes = dict(self._autoscaling.get(kind, {}))
                 if deleted:
@@ -511,6 +558,8 @@ class _Fresh:
         self.classes: dict[str, PriorityClass] = {}
         self.config_maps: dict[str, dict[str, dict[str, str]]] = {}
         self.autoscaling: _Shapes = {}
+        self.dra: list[tuple[str, str, Any]] = []  # one DRA kind's objects, `dra.reduce`d
+        self.runtimes: list[tuple[str, ServingRuntime]] = []  # `servingruntimes.reduce`d
 
     def add(self, kind: str, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}
@@ -536,6 +585,10 @@ class _Fresh:
                 self.config_maps.setdefault(meta.get("namespace", ""), {})[name] = keys
         elif kind in _SHAPES:
             self.autoscaling[(meta.get("namespace", ""), name)] = _SHAPES[kind](obj)
+        elif kind in dra.KINDS:
+            self.dra.append(dra.reduce(kind, obj))
+        elif kind in servingruntimes.KINDS:
+            self.runtimes.append(servingruntimes.reduce(kind, obj))
 
 
 def _lines_until_cut(resp: Any, kind: str) -> Iterator[bytes]:

@@ -14,17 +14,22 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Protocol
 
+from webhook.facts.dra import DraFacts
+
 __all__ = [
     "GPU_PRODUCT_LABEL",
     "TERMINATED",
     "VISIBLE_DEVICES",
     "Facts",
     "FactsSource",
+    "ModelFormat",
     "Node",
     "NodeIndex",
     "PodGpus",
     "PriorityClass",
     "Quota",
+    "ServingRuntime",
+    "ServingRuntimes",
     "Usage",
     "could_become_visible_devices",
     "visible_devices_keys",
@@ -173,6 +178,49 @@ class NodeIndex:
 
 
 @dataclass(frozen=True, slots=True)
+class ModelFormat:
+    """One entry of a runtime's `supportedModelFormats`: what KServe's selection reads."""
+
+    name: str
+    version: str | None = None
+    auto_select: bool = False
+    priority: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ServingRuntime:
+    """A KServe ServingRuntime or ClusterServingRuntime, reduced to what selecting it and
+    knowing its /dev/shm take (`webhook.facts.servingruntimes` reads one)."""
+
+    name: str
+    cluster: bool = False  # a ClusterServingRuntime
+    formats: tuple[ModelFormat, ...] = ()
+    protocols: tuple[str, ...] = ()  # protocolVersions; empty: any
+    disabled: bool = False
+    multi_model: bool = False  # ModelMesh: never chosen for a single-model predictor
+    multi_node: bool = False  # has a workerSpec: chosen only for predictors with one
+    # Names of its containers that mount something at /dev/shm (KServe merges the predictor's
+    # model container over `kserve-container`), and of its pod volumes (merged by name).
+    shm_containers: frozenset[str] = frozenset()
+    volumes: frozenset[str] = frozenset()
+    # The same for its workerSpec, which a predictor's workerSpec is merged over.
+    worker_shm_containers: frozenset[str] = frozenset()
+    worker_volumes: frozenset[str] = frozenset()
+
+    def priority(self, model_format: str) -> int | None:
+        """The priority KServe sorts by: that of the first entry with the format's name."""
+        return next((f.priority for f in self.formats if f.name == model_format), None)
+
+
+@dataclass(frozen=True, slots=True)
+class ServingRuntimes:
+    """The runtimes a predictor in one namespace may use: its namespace's, then the cluster's."""
+
+    namespaced: Mapping[str, ServingRuntime]
+    cluster: Mapping[str, ServingRuntime]
+
+
+@dataclass(frozen=True, slots=True)
 class Facts:
     """What the rules may know of the cluster while judging one object in one namespace.
 
@@ -199,6 +247,13 @@ class Facts:
     # so a missing node may still come. A tuple, even empty, means the source read the
     # cluster's autoscaling objects: what is in no node and no shape cannot be had.
     provisionable: tuple[Node, ...] | None = None
+    # KServe's ServingRuntimes of the namespace and the ClusterServingRuntimes: which runtime
+    # an InferenceService predictor is merged over, and whether that one brings /dev/shm.
+    # None: the source does not know them (empty maps: KServe is not installed).
+    serving_runtimes: ServingRuntimes | None = None
+    # DRA: DeviceClasses, and the namespace's ResourceClaimTemplates and ResourceClaims
+    # (`webhook.facts.dra`). None: the source knows nothing of DRA.
+    dra: DraFacts | None = None
 
     def priority_class(self, name: str) -> PriorityClass | None:
         return self.priority_classes.get(name)

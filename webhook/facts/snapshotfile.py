@@ -6,6 +6,12 @@ that kind is unknown (`None` in the facts), which the isolation rules read diffe
 "known, and no such key". So are the autoscaler sections (`nodePools`, `machineSets`,
 `machineDeployments`, objects as `kubectl get -o yaml` prints them): with none of them the
 cluster's provisioning is unknown; with any of them, what they list is all it can create.
+DRA objects (`deviceClasses`, `resourceClaimTemplates`, `resourceClaims`, whole, as the API
+returns them) are optional per kind too: a section left out is unknown, `[]` known and empty.
+KServe's runtimes (`servingRuntimes`, each with its metadata.namespace, and
+`clusterServingRuntimes`, whole, as the API returns them) are read by
+`webhook.facts.servingruntimes`: with neither section they are unknown (an InferenceService
+predictor then gets no /dev/shm, and a warning); with either, the other is known and empty.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
+from webhook.facts import dra
 from webhook.facts.model import (
     EMPTY_USAGE,
     GPU_PRODUCT_LABEL,
@@ -37,6 +44,7 @@ from webhook.facts.model import (
     visible_devices_keys,
 )
 from webhook.facts.provisioning import provisionable_shapes
+from webhook.facts.servingruntimes import RuntimeStore
 from webhook.quantity import QuantityError, parse_quantity
 
 __all__ = ["SnapshotError", "SnapshotFile", "StaticSnapshot", "load_snapshot", "snapshot_from_doc"]
@@ -120,6 +128,15 @@ class SnapshotFile(_Model):
     node_pools: list[dict[str, Any]] | None = None
     machine_sets: list[dict[str, Any]] | None = None
     machine_deployments: list[dict[str, Any]] | None = None
+    # DRA objects whole (resource.k8s.io/v1 DeviceClass, ResourceClaimTemplate, ResourceClaim;
+    # v1beta1 request shapes are read too); read by `webhook.facts.dra`.
+    device_classes: list[dict[str, Any]] | None = None
+    resource_claim_templates: list[dict[str, Any]] | None = None
+    resource_claims: list[dict[str, Any]] | None = None
+    # KServe serving runtimes whole (serving.kserve.io/v1alpha1 ServingRuntime, each with its
+    # metadata.namespace, and ClusterServingRuntime); read by `webhook.facts.servingruntimes`.
+    serving_runtimes: list[dict[str, Any]] | None = None
+    cluster_serving_runtimes: list[dict[str, Any]] | None = None
 
 
 class SnapshotError(ValueError):
@@ -174,6 +191,8 @@ class StaticSnapshot:
         config_maps: Iterable[tuple[str, str, Mapping[str, str]]] | None = None,
         secrets: Iterable[tuple[str, str, Mapping[str, str]]] | None = None,
         provisionable: Iterable[Node] | None = None,
+        dra_cache: dra.DraCache | None = None,
+        serving_runtimes: RuntimeStore | None = None,
     ) -> None:
         """`config_maps` and `secrets` are (namespace, name, data) with data decoded; None
         means the kind is unknown, as for `provisionable` (shapes the cluster can create)."""
@@ -192,11 +211,14 @@ class StaticSnapshot:
         self._config_maps = _env_sources(config_maps)
         self._secrets = _env_sources(secrets)
         self._provisionable = None if provisionable is None else tuple(provisionable)
+        self._dra = dra_cache  # DeviceClasses, claim templates, claims; None: unknown
+        self._runtimes = serving_runtimes  # KServe's; None: unknown
 
     def node_index(self) -> NodeIndex:
         return self._nodes
 
     def facts_for(self, namespace: str) -> Facts:
+        runtimes = self._runtimes
         return Facts(
             namespace=namespace,
             namespace_labels=self._namespaces.get(namespace),
@@ -207,6 +229,8 @@ class StaticSnapshot:
             config_maps=_in(self._config_maps, namespace),
             secrets=_in(self._secrets, namespace),
             provisionable=self._provisionable,
+            dra=None if self._dra is None else self._dra.facts_for(namespace),
+            serving_runtimes=runtimes.facts_for(namespace) if runtimes is not None else None,
         )
 
 
@@ -283,10 +307,47 @@ def snapshot_from_doc(doc: SnapshotFile) -> StaticSnapshot:
         pods=pods,
         config_maps=config_maps,
         secrets=secrets,
+        dra_cache=_dra(doc),
+        serving_runtimes=_serving_runtimes(doc),
         provisionable=provisionable_shapes(
             doc.node_pools, doc.machine_sets, doc.machine_deployments
         ),
     )
+
+
+def _serving_runtimes(doc: SnapshotFile) -> RuntimeStore | None:
+    """KServe's runtimes, both kinds known once either section is given; None: neither."""
+    if doc.serving_runtimes is None and doc.cluster_serving_runtimes is None:
+        return None
+    for i, obj in enumerate(doc.serving_runtimes or ()):
+        meta = obj.get("metadata")
+        if not isinstance(meta, dict) or not isinstance(meta.get("namespace"), str):
+            raise SnapshotError(f"servingRuntimes[{i}].metadata.namespace: a name is required")
+    return RuntimeStore.from_objects(doc.serving_runtimes or (), doc.cluster_serving_runtimes or ())
+
+
+def _dra(doc: SnapshotFile) -> dra.DraCache | None:
+    """The DRA sections given, each as the live cache would list it; None when none is."""
+    sections = {
+        "deviceclasses": (doc.device_classes, "deviceClasses"),
+        "resourceclaimtemplates": (doc.resource_claim_templates, "resourceClaimTemplates"),
+        "resourceclaims": (doc.resource_claims, "resourceClaims"),
+    }
+    if all(objects is None for objects, _ in sections.values()):
+        return None
+    cache = dra.DraCache()
+    for kind, (objects, where) in sections.items():
+        if objects is None:
+            continue
+        items = []
+        for i, obj in enumerate(objects):
+            namespace, name, value = dra.reduce(kind, obj)
+            if not name or (kind != "deviceclasses" and not namespace):
+                what = "metadata.name" if not name else "metadata.namespace"
+                raise SnapshotError(f"{where}[{i}].{what}: required")
+            items.append((namespace, name, value))
+        cache.replace(kind, items)
+    return cache
 
 
 def load_snapshot(path: Path | str) -> StaticSnapshot:

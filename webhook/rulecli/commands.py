@@ -10,6 +10,7 @@ from typing import Any, TextIO
 
 from webhook.engine.compiled import compile_rules
 from webhook.rulecli.cases import load_cases, run_case
+from webhook.rulecli.webhooks import render_webhooks
 from webhook.ruleset.files import LoadedRules, RuleFileError, load_rules_with_sources
 from webhook.ruleset.models import Override, RuleSet
 from webhook.ruleset.resolve import resolve
@@ -113,10 +114,30 @@ def check(folder: Path, out: TextIO) -> int:
             "labels. Exempt system pods by namespace or serviceAccounts instead.",
             file=out,
         )
+    if rs.workloads:
+        kinds = ", ".join(f"{w.kind}.{w.group or 'core'}" for w in rs.workloads)
+        print(
+            f"note: {folder}: declares workloads {kinds}; regenerate the webhook configurations "
+            f"(gpu-admission rules webhooks {folder}) so the apiserver sends them",
+            file=out,
+        )
     print(
         f"ok: {folder} is a valid rule set (global mode {rs.mode}, {len(rs.overrides)} overrides)",
         file=out,
     )
+    return 0
+
+
+def webhooks(folder: Path, out: TextIO, err: TextIO, dest: Path | None = None) -> int:
+    """The webhook configurations routing this rule set's kinds (stdout or `dest`)."""
+    loaded = _load(folder, err)
+    if loaded is None:
+        return 1
+    text = render_webhooks(compile_rules(loaded.rules))
+    if dest is None:
+        out.write(text)
+    else:
+        dest.write_text(text)
     return 0
 
 

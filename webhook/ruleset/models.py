@@ -12,16 +12,16 @@ from fractions import Fraction
 from typing import Any, Literal
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     ValidationError,
     field_validator,
     model_validator,
 )
-from pydantic.alias_generators import to_camel
 
 from webhook.quantity import QuantityError, parse_quantity
+from webhook.ruleset.base import StrictModel
+from webhook.ruleset.workloads import WorkloadKind
 from webhook.selectors import LabelSelector, NamePatterns, is_pattern
 
 __all__ = [
@@ -37,13 +37,8 @@ __all__ = [
 ModeName = Literal["enforce", "warn", "audit", "off"]
 
 
-class _Model(BaseModel):
-    """Strict: an unknown key in a rule file is a typo, and typos must not pass.
-
-    Only the camelCase spelling is accepted, so an override merges onto exactly one key.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel)
+class _Model(StrictModel):
+    """Every rule's settings: strict, frozen, camelCase (`webhook.ruleset.base`)."""
 
 
 def _quantity(value: str) -> str:
@@ -71,19 +66,43 @@ class RequestsLimitsRule(_Model):
 
 
 class TolerationSpec(_Model):
-    """The taint toleration that pods asking for any of `resources` get."""
+    """The taint toleration that pods asking for any of `resources` get, or (DRA) a device of
+    a GPU DeviceClass named in `deviceClasses`, whose CEL selectors require one of `drivers`,
+    or whose `extendedResourceName` is one of `resources`."""
 
-    resources: list[str] = Field(min_length=1)
+    resources: list[str] = Field(default_factory=list)
+    device_classes: list[str] = Field(default_factory=list)
+    drivers: list[str] = Field(default_factory=list)
     key: str = Field(min_length=1)
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+
+    @model_validator(mode="after")
+    def _asked_by_something(self) -> TolerationSpec:
+        if not (self.resources or self.device_classes or self.drivers):
+            raise ValueError("a toleration needs resources, deviceClasses or drivers")
+        return self
 
 
 class TolerationsRule(_Model):
     mutate: bool = True
     tolerations: list[TolerationSpec] = Field(
         default_factory=lambda: [
-            TolerationSpec(resources=["nvidia.com/*"], key="nvidia.com/gpu"),
-            TolerationSpec(resources=["amd.com/gpu"], key="amd.com/gpu"),
+            TolerationSpec.model_validate(
+                {
+                    "resources": ["nvidia.com/*"],
+                    "deviceClasses": ["*.nvidia.com"],
+                    "drivers": ["gpu.nvidia.com"],
+                    "key": "nvidia.com/gpu",
+                }
+            ),
+            TolerationSpec.model_validate(
+                {
+                    "resources": ["amd.com/gpu"],
+                    "deviceClasses": ["*.amd.com"],
+                    "drivers": ["gpu.amd.com"],
+                    "key": "amd.com/gpu",
+                }
+            ),
         ]
     )
 
@@ -92,6 +111,9 @@ class ShmRule(_Model):
     """Size of the memory-backed /dev/shm; NCCL and PyTorch data loaders need far over 64Mi."""
 
     mutate: bool = True
+    # The finding when none is added because a KServe predictor's serving runtime (which
+    # may bring its own) cannot be told.
+    mode: ModeName = "warn"
     volume_name: str = Field(default="dshm", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
     memory_fraction: float = Field(default=0.5, gt=0, le=1)
     min_size: str = "1Gi"
@@ -295,6 +317,24 @@ DEFAULT_GPU_RESOURCES = [
     "*.shared",
 ]
 
+
+class GpuDeviceClasses(_Model):
+    """Which DRA DeviceClasses hand out GPUs: a claim drawing from one makes its containers GPU
+    containers for every rule. A class counts when its name matches `names`, or when one of
+    its CEL selectors requires a driver in `drivers` (device.driver == "gpu.nvidia.com"); the
+    drivers are read from the DeviceClass itself, so they count only where the cluster's
+    DeviceClasses are known."""
+
+    names: list[str] = Field(
+        default_factory=lambda: ["gpu.nvidia.com", "mig.nvidia.com", "gpu.amd.com", "gpu.intel.com"]
+    )
+    drivers: list[str] = Field(
+        # NVIDIA's k8s-dra-driver-gpu, AMD's k8s-gpu-dra-driver, Intel's GPU resource driver.
+        # Not NVIDIA's compute-domain.nvidia.com: its devices are IMEX channels, not GPUs.
+        default_factory=lambda: ["gpu.nvidia.com", "gpu.amd.com", "gpu.intel.com"]
+    )
+
+
 DEFAULT_EXEMPT_NAMESPACES = [
     "kube-system",
     "kube-public",
@@ -403,10 +443,25 @@ class RuleSet(_Model):
     # everything recorded), `warn` allows all with warnings, `enforce` uses each rule's mode.
     mode: ModeName = "enforce"
     gpu_resources: list[str] = Field(default_factory=lambda: list(DEFAULT_GPU_RESOURCES))
+    gpu_device_classes: GpuDeviceClasses = Field(default_factory=GpuDeviceClasses)
     exemptions: Exemptions = Field(default_factory=Exemptions)
     cluster: ClusterSettings = Field(default_factory=ClusterSettings)
     rules: RuleSettings = Field(default_factory=RuleSettings)
     overrides: list[Override] = Field(default_factory=list)
+    # CRDs that carry pod specs, declared by the platform team (webhook/ruleset/workloads.py
+    # holds the shipped ones; a declaration of the same group and kind replaces a shipped one).
+    workloads: list[WorkloadKind] = Field(default_factory=list)
+
+    @field_validator("workloads")
+    @classmethod
+    def _unique_workloads(cls, workloads: list[WorkloadKind]) -> list[WorkloadKind]:
+        counts = Counter(w.key for w in workloads)
+        dupes = sorted(f"{g or 'core'}/{k}" for (g, k), n in counts.items() if n > 1)
+        if dupes:
+            raise ValueError(f"each kind may be declared once: {', '.join(dupes)}")
+        if any(w.key == ("", "Pod") for w in workloads):
+            raise ValueError("Pod is built in and cannot be redeclared")
+        return workloads
 
     @field_validator("overrides")
     @classmethod

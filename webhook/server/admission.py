@@ -12,7 +12,6 @@ import orjson
 from webhook.engine.compiled import CompiledRuleSet
 from webhook.engine.decision import Decision, unreadable
 from webhook.engine.pipeline import Stage, evaluate
-from webhook.engine.podviews import holds_pods
 from webhook.engine.reach import untainted_gpu_nodes
 from webhook.engine.subject import Subject, subject_for
 from webhook.facts.model import FactsSource
@@ -21,7 +20,7 @@ from webhook.server.review import AdmissionRequest
 __all__ = ["decide", "skipped", "subject_of"]
 
 
-def skipped(request: AdmissionRequest) -> bool:
+def skipped(request: AdmissionRequest, rules: CompiledRuleSet) -> bool:
     """Requests the engine has nothing to say about: DELETE/CONNECT, other kinds, and every
     subresource but pods/ephemeralcontainers (`kubectl debug` adds containers to a pod)."""
     if request.sub_resource:
@@ -31,12 +30,12 @@ def skipped(request: AdmissionRequest) -> bool:
             and request.kind.kind == "Pod"
             and request.operation == "UPDATE"
         )
-    return request.operation not in ("CREATE", "UPDATE") or not holds_pods(
+    return request.operation not in ("CREATE", "UPDATE") or not rules.workloads.holds_pods(
         request.kind.group, request.kind.kind
     )
 
 
-def subject_of(request: AdmissionRequest) -> Subject | Decision:
+def subject_of(request: AdmissionRequest, rules: CompiledRuleSet) -> Subject | Decision:
     """The engine's view of the request, or the refusal of an object that is not JSON."""
     try:
         obj = request.parsed_object()
@@ -48,10 +47,18 @@ def subject_of(request: AdmissionRequest) -> Subject | Decision:
         group=request.kind.group,
         kind=request.kind.kind,
         namespace=request.namespace,
+        # A cluster-scoped kind (ClusterServingRuntime...) belongs to no namespace: judged under
+        # the base rules, with no namespace's quota.
+        fallback_namespace=_fallback(rules, request.kind.group, request.kind.kind),
         operation=request.operation,
         old_obj=old,
         subresource=request.sub_resource,
     )
+
+
+def _fallback(rules: CompiledRuleSet, group: str, kind: str) -> str:
+    workload = rules.workloads.get(group, kind)
+    return "" if workload is not None and workload.cluster_scoped else "default"
 
 
 def decide(
@@ -62,7 +69,7 @@ def decide(
 ) -> tuple[Subject | None, Decision | None]:
     """The subject and the engine's decision on it; no decision when the engine need not look
     (skipped, or the fast path), no subject when the object is not JSON."""
-    if skipped(request):
+    if skipped(request, rules):
         return None, None
     if not rules.might_apply(request.raw_object) and not (
         # GPU nodes without a GPU taint the rules name: a pod may land there with no marker in
@@ -70,7 +77,7 @@ def decide(
         source is not None and untainted_gpu_nodes(source.node_index(), rules.taint_keys)
     ):
         return None, None
-    subject = subject_of(request)
+    subject = subject_of(request, rules)
     if isinstance(subject, Decision):
         return None, subject
     facts = source.facts_for(subject.namespace) if source is not None else None

@@ -143,9 +143,8 @@ def _review_handler(stage: Stage) -> Handler:
             source = app[CLUSTER]
             subject, decision = decide(stage, review, rules, source.facts)
             answer = respond(review.uid, decision)
-            record(
-                endpoint, review, subject, decision, fast=decision is None and not skipped(review)
-            )
+            fast = decision is None and not skipped(review, rules)
+            record(endpoint, review, subject, decision, fast=fast)
             # What an admitted pod holds until the watch shows it; never for a dry run.
             hold = decision.hold if decision is not None else None
             if hold is not None and source.reservations is not None and not review.dry_run:

@@ -75,6 +75,8 @@ VALIDATIONS: tuple[Validation, ...] = (
     Validation("gpu-memory-limit", resources.memory_limit, gpu_only=True),
     Validation("gpu-readiness-probe", probes.readiness_probe, gpu_only=True),
     Validation("gpu-init-container", resources.init_container_gpu, gpu_only=True),
+    # A KServe predictor whose runtime's /dev/shm cannot be told gets none: say what to set.
+    Validation("gpu-shm", shm.runtime_shm_unknown, gpu_only=True),
     Validation("gpu-quota", quota.gpu_quota, gpu_only=True, needs_cluster=True),
     Validation(
         "gpu-priority-class", priority.gpu_priority_class, gpu_only=True, needs_cluster=True

@@ -15,6 +15,9 @@ in every container kind (regular, init, sidecar, ephemeral):
 
 Only the env value a user set and host mounts are judged in every pod; the rest only matters
 in pods that can land on a GPU node (`reach`).
+
+Device plugins and node agents need these ways in by design. A denial of one that looks like
+one (`node_agent`) leads with the exemption that lets it run, not with "remove".
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ __all__ = [
     "covers_device_nodes",
     "hide_devices",
     "host_gpu_devices",
+    "node_agent",
     "privileged_gpu",
     "visible_devices",
 ]
@@ -47,6 +51,78 @@ SYSTEM = (
     ". If this is a device plugin, GPU operator or node agent that needs the devices, run it in "
     "a namespace or under a service account listed in the rule set's exemptions"
 )
+
+# ---- device plugins and node agents ------------------------------------------------------
+# A node agent runs on every node: a DaemonSet, or a pod one owns. It looks like a GPU one
+# when it mounts a kubelet socket directory that device plugins, DRA drivers and CSI node
+# plugins register through, or the pod-resources API that GPU monitors (dcgm-exporter, AMD's
+# metrics exporter) read; or when a container name, an image or a label value carries the
+# name of a well-known one (NVIDIA's k8s-device-plugin, GPU Feature Discovery, dcgm-exporter,
+# container toolkit, driver, MIG manager, DRA driver; NFD; AMD's device plugin, node labeller
+# and metrics exporter; Intel's GPU plugin and XPU manager). The guess only changes the advice
+# in a denial, never the verdict, so names the author chose are good enough to go by.
+KUBELET_SOCKET_DIRS = (
+    "/var/lib/kubelet/device-plugins",
+    "/var/lib/kubelet/plugins_registry",
+    "/var/lib/kubelet/plugins",
+    "/var/lib/kubelet/pod-resources",
+)
+AGENT_NAMES = (
+    "device-plugin", "deviceplugin", "gpu-plugin", "dra-driver", "feature-discovery",
+    "dcgm", "device-metrics-exporter", "node-labeller", "xpumanager", "container-toolkit",
+    "nvidia/driver", "nvidia-driver", "gpu-driver", "driver-manager", "mig-manager",
+    "mps-control", "vgpu", "gpu-operator",
+)  # fmt: skip
+
+
+def node_agent(pod: PodView) -> str | None:
+    """Why the pod looks like a device plugin or node agent (for the message), or None."""
+    if pod.kind != "DaemonSet" and "DaemonSet" not in pod.owner_kinds:
+        return None
+    for volume in pod.spec.get("volumes") or []:
+        host_path = volume.get("hostPath")
+        path = host_path.get("path") if isinstance(host_path, dict) else None
+        if not isinstance(path, str):
+            continue
+        host = normalise(path)
+        if any(host == d or host.startswith(d + "/") for d in KUBELET_SOCKET_DIRS):
+            return f"it mounts {host}"
+    named = [(f"image {c.raw.get('image')!r}", c.raw.get("image")) for c in pod.containers]
+    named += [(f"container {c.name!r}", c.name) for c in pod.containers]
+    named += [(f"label {k}={v}", v) for k, v in pod.labels.items()]
+    for shown, text in named:
+        if isinstance(text, str) and any(n in text.lower() for n in AGENT_NAMES):
+            return f"its {shown}"
+    return None
+
+
+def _exemption(pod: PodView, ctx: Context, why: str) -> str:
+    """The exemptions that let a node agent run: its own service account first when it has
+    one (the narrower grant), else its namespace."""
+    ns = ctx.namespace
+    account = pod.spec.get("serviceAccountName") or "default"
+    by_namespace = (
+        f"exemptions.namespaces: [{ns}] (beside the namespaces already listed: a list there "
+        "replaces the defaults)"
+    )
+    by_account = f'exemptions.serviceAccounts: ["{ns}/{account}"]'
+    if account == "default":
+        options = f"{by_namespace} or {by_account} (every pod of {ns} naming no account)"
+    else:
+        options = f"{by_account} (this account alone) or {by_namespace}"
+    return (
+        f"exempt it in the rule set with {options}; it looks like a device plugin or node "
+        f"agent ({why}), which needs this access"
+    )
+
+
+def _fix(pod: PodView, ctx: Context, fix: str, *, system: bool = True) -> str:
+    """A denial's fix: for a device plugin or node agent, the exemption that lets it run,
+    then the usual fix in case it is not one; for anything else the usual fix."""
+    why = node_agent(pod)
+    if why is None:
+        return fix + SYSTEM if system else fix
+    return f"{_exemption(pod, ctx, why)}. If it is not one: {fix}"
 
 
 def _explicit(c: ContainerView) -> tuple[int, dict[str, Any]] | None:
@@ -125,10 +201,12 @@ def visible_devices(pod: PodView, ctx: Context) -> Iterator[Finding]:
                     f"visible-devices: {c.label()} mounts {path!r}, which lists GPUs for the "
                     "NVIDIA toolkit; expected no mount there"
                 ),
-                fix=(
+                fix=_fix(
+                    pod,
+                    ctx,
                     f"remove {c.field_path}.volumeMounts[{i}]: with deviceListStrategy "
                     "volume-mounts a mount there hands the container GPUs without an allocation. "
-                    "Ask for GPUs in resources.limits instead" + SYSTEM
+                    "Ask for GPUs in resources.limits instead",
                 ),
                 field=f"{c.field_path}.volumeMounts[{i}]",
             )
@@ -142,7 +220,7 @@ def visible_devices(pod: PodView, ctx: Context) -> Iterator[Finding]:
                 found = f"set to {env.get('value')!r}"
             else:
                 continue  # env beats envFrom and the image: nothing else can set it
-            yield _finding(c, found, field, shown_allowed, advisory=False)
+            yield _finding(pod, ctx, c, found, field, shown_allowed, advisory=False)
             continue
         if reach is None:
             reach = can_reach_gpu_nodes(pod, ctx)
@@ -152,6 +230,8 @@ def visible_devices(pod: PodView, ctx: Context) -> Iterator[Finding]:
         if via is not None:
             found, field, definite = via
             yield _finding(
+                pod,
+                ctx,
                 c,
                 found,
                 field,
@@ -166,16 +246,28 @@ def visible_devices(pod: PodView, ctx: Context) -> Iterator[Finding]:
                     f"nodes and leaves {VISIBLE_DEVICES} to its image (CUDA images set 'all'); "
                     f"expected {HIDDEN!r}"
                 ),
-                fix=(
+                fix=_fix(
+                    pod,
+                    ctx,
                     f"add {{name: {VISIBLE_DEVICES}, value: {HIDDEN}}} to {c.field_path}.env "
                     "(gpu-admission's mutating webhook adds it when it runs), or ask for a GPU "
-                    "in resources.limits if the container needs one"
+                    "in resources.limits if the container needs one",
+                    system=False,
                 ),
                 field=f"{c.field_path}.env",
             )
 
 
-def _finding(c: ContainerView, found: str, field: str, allowed: str, *, advisory: bool) -> Finding:
+def _finding(
+    pod: PodView,
+    ctx: Context,
+    c: ContainerView,
+    found: str,
+    field: str,
+    allowed: str,
+    *,
+    advisory: bool,
+) -> Finding:
     if c.asks_gpu:
         how = (
             "the device plugin sets this variable to the devices it allocated, and any other "
@@ -199,7 +291,7 @@ def _finding(c: ContainerView, found: str, field: str, allowed: str, *, advisory
             f"visible-devices: {c.label()} has {VISIBLE_DEVICES} {found}; "
             f"expected unset or one of {allowed}"
         ),
-        fix=f"{change}. {how[0].upper()}{how[1:]}{SYSTEM}",
+        fix=_fix(pod, ctx, f"{change}. {how[0].upper()}{how[1:]}"),
         field=field,
         advisory=advisory,
     )
@@ -237,9 +329,11 @@ def privileged_gpu(pod: PodView, ctx: Context) -> Iterator[Finding]:
         yield Finding(
             rule="privileged-gpu",
             summary=f"privileged-gpu: {c.label()} {what} and sets privileged: true",
-            fix=(
+            fix=_fix(
+                pod,
+                ctx,
                 f"remove {field}: a privileged container sees every GPU on the node, not only "
-                "the ones allocated to it. Add the specific capabilities it needs instead" + SYSTEM
+                "the ones allocated to it. Add the specific capabilities it needs instead",
             ),
             field=field,
         )
@@ -288,10 +382,12 @@ def host_gpu_devices(pod: PodView, ctx: Context) -> Iterator[Finding]:
                 f"host-gpu-devices: volume {volume.get('name')!r} mounts host path {raw!r} "
                 f"(mounted by {who}), which holds GPU device nodes; expected no host device nodes"
             ),
-            fix=(
+            fix=_fix(
+                pod,
+                ctx,
                 f"remove the volume at {pod.field_path}.volumes[{i}] (or mount a narrower host "
                 "path) and ask for GPUs in resources.limits; device nodes mounted from the host "
-                "bypass GPU allocation" + SYSTEM
+                "bypass GPU allocation",
             ),
             field=f"{pod.field_path}.volumes[{i}].hostPath.path",
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from webhook.engine import claims
 from webhook.engine.context import Context
 from webhook.engine.findings import Finding
 from webhook.engine.podviews import PodView
@@ -30,7 +31,8 @@ def tolerates(toleration: dict[str, Any], *, key: str, effect: str) -> bool:
 
 
 def needed_tolerations(pod: PodView, ctx: Context) -> list[TolerationSpec]:
-    """The configured tolerations whose resources this pod asks for, in config order."""
+    """The configured tolerations whose resources this pod asks for, or whose DRA device
+    classes or drivers its GPU claims draw from, in config order."""
     asked = {
         name
         for c in pod.containers
@@ -38,7 +40,12 @@ def needed_tolerations(pod: PodView, ctx: Context) -> list[TolerationSpec]:
         for name, value in {**c.gpu_requests, **c.gpu_limits}.items()
         if value > 0
     }
-    return [spec for spec, pattern in ctx.rules.tolerations if any(map(pattern.match, asked))]
+    classes = {name for c in pod.containers for name in c.gpu_classes}
+    return [
+        spec
+        for i, (spec, pattern) in enumerate(ctx.rules.tolerations)
+        if any(map(pattern.match, asked)) or (classes and claims.tolerated_classes(i, classes, ctx))
+    ]
 
 
 def add_gpu_tolerations(spec: dict[str, Any], pod: PodView, ctx: Context) -> bool:
@@ -59,9 +66,12 @@ def toleration_without_gpu(pod: PodView, ctx: Context) -> Iterator[Finding]:
     """A pod that asks for no GPU but tolerates the GPU taint takes CPU and memory on GPU nodes.
 
     DaemonSet pods (node agents, exporters) are meant to run everywhere, and a keyless `Exists`
-    toleration is the deliberate "run on every node" idiom: neither is reported.
+    toleration is the deliberate "run on every node" idiom: neither is reported. Nor is a pod
+    with DRA claims that may hand out GPUs (a template or class the facts do not show).
     """
     if pod.asks_gpu or "DaemonSet" in pod.owner_kinds:
+        return
+    if pod.resource_claims and claims.may_ask_gpu(pod, ctx):
         return
     keys = ctx.rules.taint_keys
     for i, toleration in enumerate(pod.spec.get("tolerations") or []):
@@ -74,7 +84,8 @@ def toleration_without_gpu(pod: PodView, ctx: Context) -> Iterator[Finding]:
                     f"{key} but no container asks for a GPU"
                 ),
                 fix=(
-                    f"remove the {key} toleration, or ask for a GPU in resources.limits; "
+                    f"remove the {key} toleration, or ask for a GPU in resources.limits (or "
+                    "through a DRA claim of a GPU DeviceClass); "
                     "otherwise this pod takes room on GPU nodes that GPU pods need"
                 ),
                 field=f"{pod.field_path}.tolerations[{i}]",

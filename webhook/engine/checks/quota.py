@@ -3,6 +3,11 @@
 A budget's product caps follow the pod to every product it could land on (`pod_products`),
 not just the one it names: otherwise `NotIn`, an instance type or no selector at all would
 walk past the cap onto the capped product.
+
+DRA devices count per DeviceClass under ResourceQuota's key,
+`<class>.deviceclass.resource.k8s.io/devices`: the GPU devices of claims the pod's templates
+will make (`claims.new_devices`; a ResourceClaim it names exists and is counted already). A
+budget may name that key; its usage is what the namespace's ResourceClaims take.
 """
 
 from __future__ import annotations
@@ -10,11 +15,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from fractions import Fraction
 
+from webhook.engine import claims
 from webhook.engine.accounting import pod_gpus, pod_product, pod_products
 from webhook.engine.checks.trust import trusted_facts, unknown_facts
 from webhook.engine.context import Context
 from webhook.engine.findings import Finding
 from webhook.engine.podviews import PodView
+from webhook.facts.dra import DraFacts
 from webhook.facts.model import GPU_PRODUCT_LABEL, Facts, NodeIndex, Usage
 from webhook.facts.nodematch import Placement
 from webhook.quantity import show
@@ -116,6 +123,7 @@ def _over_budget(
     budget: QuotaBudget,
     reach: frozenset[str],
     nodes: NodeIndex,
+    devices: list[claims.NewDevices],
 ) -> Iterator[Finding]:
     """Usage + ask against one budget; for a controller, replicas x ask, as advice only.
 
@@ -146,6 +154,10 @@ def _over_budget(
         if prod:
             others = _alternatives(pod, name, per, total, usage, budget, nodes)
             fix = _product_fix(pod, ctx, prod, name, left, budget, others)
+        elif claims.class_of_key(name):
+            fix = _devices_fix(devices, claims.class_of_key(name), left, ctx) + (
+                f", or ask the platform team to raise budget {budget.name!r}"
+            )
         else:
             fix = (
                 f"ask for at most {show(left)} {scope}, wait for running GPU pods in "
@@ -197,38 +209,119 @@ def _native(
             )
 
 
+def _devices_fix(
+    devices: list[claims.NewDevices], device_class: str, left: Fraction, ctx: Context
+) -> str:
+    """Where a class's devices come from and how to ask for fewer (a sentence, capitalised)."""
+    mine = [d for d in devices if d.device_class == device_class]
+    where = "; ".join(d.describe() for d in mine)
+    lower = ", ".join(
+        f"spec.spec.devices.requests[{d.index}] of ResourceClaimTemplate {d.template}" for d in mine
+    )
+    return (
+        f"{where[0].upper()}{where[1:]}. Ask for at most {show(left)} device(s) of class "
+        f"{device_class} in all (the count in {lower}), or wait for claims of {device_class} "
+        f"devices in {ctx.namespace} to be released"
+    )
+
+
+def _native_devices(
+    pod: PodView, ctx: Context, devices: list[claims.NewDevices], facts: Facts
+) -> Iterator[Finding]:
+    """ResourceQuota charges a claim's devices per class when the claim is created: for a
+    claim made from a template, just after the pod. A refused claim leaves the pod Pending
+    for good, its reason only in events; say it now. `allocationMode: All` is charged as the
+    most one claim can hold (32)."""
+    charged = claims.device_totals(devices, claims.MAX_ALLOCATION)
+    pods = pod.replicas if ctx.kind != "Pod" else 1
+    for quota in facts.quotas:
+        for key, hard in quota.hard.items():
+            per = charged.get(key)
+            if per is None:
+                continue
+            used = quota.used.get(key, Fraction(0))
+            total = per * pods
+            if used + total <= hard:
+                continue
+            device_class = claims.class_of_key(key)
+            every = (
+                " (allocationMode All is charged as 32 devices)"
+                if any(d.count is None for d in devices if d.device_class == device_class)
+                else ""
+            )
+            left = max(hard - used, Fraction(0))
+            yield Finding(
+                rule=RULE,
+                summary=(
+                    f"{RULE}: ResourceQuota {quota.name} allows {key} {show(hard)} and "
+                    f"{show(used)} are used; this asks {show(total)}{every}"
+                ),
+                fix=(
+                    "the API server will refuse the ResourceClaim made for the pod with "
+                    f"'exceeded quota: {quota.name}', and the pod will stay Pending. "
+                    + _devices_fix(devices, device_class, left, ctx)
+                ),
+                field=f"{pod.field_path}.resourceClaims",
+                advisory=ctx.kind != "Pod",
+            )
+
+
+def _with_claims(usage: Usage, dra: DraFacts | None) -> Usage:
+    """Usage with the devices the namespace's ResourceClaims take (by class key) added."""
+    held = dra.claim_devices if dra is not None else None
+    if not held:
+        return usage
+    out = Usage()
+    out.by_resource.update(usage.by_resource)
+    out.by_product.update(usage.by_product)
+    for key, amount in held.items():
+        out.by_resource[key] += amount
+    return out
+
+
+def _is_gpu_quota_key(key: str, ctx: Context, facts: Facts) -> bool:
+    device_class = claims.class_of_key(key)
+    if device_class:
+        return claims.gpu_class(device_class, ctx.rules, facts.dra) is True
+    return ctx.rules.is_gpu(key.partition(".")[2])
+
+
 def _has_gpu_quota(budgets: list[QuotaBudget], facts: Facts, ctx: Context) -> bool:
     if budgets:
         return True
-    return any(
-        ctx.rules.is_gpu(key.partition(".")[2]) for quota in facts.quotas for key in quota.hard
-    )
+    return any(_is_gpu_quota_key(key, ctx, facts) for quota in facts.quotas for key in quota.hard)
 
 
 def gpu_quota(pod: PodView, ctx: Context) -> Iterator[Finding]:
     cfg = ctx.settings.gpu_quota
     ask = pod_gpus(pod)
-    if not ask:
+    devices = claims.new_devices(pod, ctx)  # DRA: GPU devices of claims made for this pod
+    if not ask and not devices:
         return
     facts, reason = trusted_facts(ctx)
     if facts is None:
         yield unknown_facts(RULE, cfg.when_unknown, reason, f"{pod.field_path}.containers")
         return
     budgets = matching_budgets(ctx, facts)
-    usage = facts.usage
+    usage = _with_claims(facts.usage, facts.dra)
+    # Budgets count an `All` request as 1 device: the least it takes, so never a false denial.
+    every = {**ask, **claims.device_totals(devices, 1)}
     budgeted = {p for budget in budgets for p in budget.products}
     reach = pod_products(pod, facts, budgeted) if budgeted else frozenset()
     for budget in budgets:
-        yield from _over_budget(pod, ctx, ask, usage, budget, reach, facts.nodes)
+        yield from _over_budget(pod, ctx, every, usage, budget, reach, facts.nodes, devices)
     if cfg.native_quota:
         yield from _native(pod, ctx, ask, facts)
+        yield from _native_devices(pod, ctx, devices, facts)
     if cfg.require_quota and not _has_gpu_quota(budgets, facts, ctx):
+        first = next(iter(every))
+        key = first if claims.class_of_key(first) else f"requests.{first}"
         yield Finding(
             rule=RULE,
             summary=f"{RULE}: namespace {ctx.namespace} has no GPU quota; GPU pods need one",
             fix=(
                 "ask the platform team for a GPU budget or a ResourceQuota with "
-                f"requests.{next(iter(ask))} in {ctx.namespace}"
+                f"{key} in {ctx.namespace}"
             ),
             field=f"{pod.field_path}.containers",
         )

@@ -44,8 +44,10 @@ def requests_equal_limits(pod: PodView, ctx: Context) -> Iterator[Finding]:
     fixing = ctx.settings.gpu_requests_limits.fix
     for c in pod.containers:
         for name, requested in c.gpu_requests.items():
-            field = f'{c.field_path}.resources.limits["{name}"]'
+            field = f'{c.resources_path}.limits["{name}"]'
             limit = c.gpu_limits.get(name)
+            if limit is None and fixing and not pod.mutable:
+                continue  # never patched here (TrainJob): its pods get the limit when created
             if limit is None:
                 yield Finding(
                     rule="gpu-requests-limits",
@@ -68,7 +70,7 @@ def requests_equal_limits(pod: PodView, ctx: Context) -> Iterator[Finding]:
                         f"but limits {show(limit)}"
                     ),
                     fix=(
-                        f"make {c.field_path}.resources.requests and .limits equal for {name} "
+                        f"make {c.resources_path}.requests and .limits equal for {name} "
                         f"(or drop the request: it defaults to the limit)"
                     ),
                     field=field,
@@ -84,7 +86,7 @@ def whole_quantities(pod: PodView, ctx: Context) -> Iterator[Finding]:
             for name, value in amounts.items():
                 if value.denominator == 1 and value >= 0:
                     continue
-                field = f'{c.field_path}.resources.{section}["{name}"]'
+                field = f'{c.resources_path}.{section}["{name}"]'
                 yield Finding(
                     rule="gpu-whole-quantity",
                     summary=(
@@ -113,10 +115,10 @@ def mig_not_mixed(pod: PodView, ctx: Context) -> Iterator[Finding]:
                     "expected one or the other"
                 ),
                 fix=(
-                    f"in {c.field_path}.resources keep either {FULL_GPU} or the MIG profile, or "
+                    f"in {c.resources_path} keep either {FULL_GPU} or the MIG profile, or "
                     "split the work into two containers"
                 ),
-                field=f"{c.field_path}.resources",
+                field=f"{c.resources_path}",
             )
 
 
@@ -130,10 +132,10 @@ def memory_limit(pod: PodView, ctx: Context) -> Iterator[Finding]:
                 rule="gpu-memory-limit",
                 summary=f"gpu-memory-limit: {c.label()} asks for a GPU but sets no memory limit",
                 fix=(
-                    f"set {c.field_path}.resources.limits.memory, so a runaway process can't "
+                    f"set {c.resources_path}.limits.memory, so a runaway process can't "
                     "starve the other GPU pods on the node"
                 ),
-                field=f"{c.field_path}.resources.limits.memory",
+                field=f"{c.resources_path}.limits.memory",
             )
 
 
@@ -144,10 +146,10 @@ def init_container_gpu(pod: PodView, ctx: Context) -> Iterator[Finding]:
                 rule="gpu-init-container",
                 summary=f"gpu-init-container: {c.label()} asks for a GPU",
                 fix=(
-                    f"remove the GPU from {c.field_path}.resources unless the init step needs it; "
+                    f"remove the GPU from {c.resources_path} unless the init step needs it; "
                     "the pod holds the device while it initialises"
                 ),
-                field=f"{c.field_path}.resources",
+                field=f"{c.resources_path}",
             )
 
 

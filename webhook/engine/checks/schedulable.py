@@ -1,5 +1,10 @@
 """Pods that no node could ever run: too many GPUs, a GPU product or MIG profile that isn't
-there, a GPU resource no node offers. The message lists what the cluster does have."""
+there, a GPU resource no node offers. The message lists what the cluster does have.
+
+A resource name a DeviceClass stands for (its `extendedResourceName`, or the implicit
+`deviceclass.resource.kubernetes.io/<class>`) is served by DRA devices that no node lists in
+its allocatable: such a name is never "offered by no node", nor judged against node sizes.
+DRA claims themselves are not judged here (no facts say how many devices a node has)."""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from typing import Any
 
 from webhook.engine.accounting import pod_gpus, required_terms
 from webhook.engine.checks.trust import trusted_facts, unknown_facts
+from webhook.engine.claims import dra_resource_names
 from webhook.engine.context import Context
 from webhook.engine.findings import Finding
 from webhook.engine.podviews import PodView
@@ -102,7 +108,10 @@ def gpu_schedulable(pod: PodView, ctx: Context) -> Iterator[Finding]:
     # The cluster's autoscaler objects make absence a fact only when they show some GPU shape:
     # Karpenter with no GPU NodePool says nothing about, say, a managed GPU group at zero.
     known = ctx.rules.provisioning_known or bool(from_cluster)
+    by_dra = dra_resource_names(facts.dra)
     for name in ask:
+        if name in by_dra:
+            continue
         if not any(n.gpus.get(name, 0) > 0 for n in nodes):
             offered = sorted({r for n in nodes for r, v in n.gpus.items() if v > 0})
             yield Finding(
@@ -130,6 +139,8 @@ def gpu_schedulable(pod: PodView, ctx: Context) -> Iterator[Finding]:
         )
         return
     for name, amount in ask.items():
+        if name in by_dra:
+            continue  # DRA devices: how many a node has is in no node's allocatable
         best = max((n.gpus.get(name, Fraction(0)) for n in chosen), default=Fraction(0))
         if amount > best:
             where = f" among nodes matching {selector}" if selector else ""

@@ -1,0 +1,144 @@
+"""Device plugins and node agents: what looks like one, and the denial that says how to let
+it run (golden cases `access-device-plugin-*` show whole objects)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from webhook.engine.checks.isolation import node_agent
+from webhook.engine.compiled import compile_rules
+from webhook.engine.pipeline import evaluate
+from webhook.engine.podviews import pod_views
+from webhook.engine.subject import subject_for
+from webhook.ruleset.models import RuleSet
+
+RULES = compile_rules(RuleSet())
+
+
+def daemonset(
+    spec: dict[str, Any], labels: dict[str, str] | None = None, kind: str = "DaemonSet"
+) -> dict[str, Any]:
+    """A DaemonSet (or another controller, or a bare Pod) running `spec`."""
+    template = {"metadata": {"labels": labels or {}}, "spec": spec}
+    if kind == "Pod":
+        return {"apiVersion": "v1", "kind": "Pod", **template}
+    return {"apiVersion": "apps/v1", "kind": kind, "spec": {"template": template}}
+
+
+def container(name: str = "agent", image: str = "example.com/agent:1", **extra: Any) -> Any:
+    return {"name": name, "image": image, **extra}
+
+
+def host(name: str, path: str) -> dict[str, Any]:
+    return {"name": name, "hostPath": {"path": path}}
+
+
+def why(obj: dict[str, Any]) -> str | None:
+    group = "apps" if obj["kind"] != "Pod" else ""
+    (view,) = pod_views(obj, group=group, kind=obj["kind"], is_gpu=RULES.base.is_gpu)
+    return node_agent(view)
+
+
+@pytest.mark.parametrize(
+    "spec,labels,expected",
+    [
+        # kubelet sockets: device plugins, DRA and CSI plugins register there; monitors read
+        # the pod-resources API
+        (
+            {
+                "containers": [container()],
+                "volumes": [host("dp", "/var/lib/kubelet/device-plugins/")],
+            },
+            None,
+            "it mounts /var/lib/kubelet/device-plugins",
+        ),
+        (
+            {
+                "containers": [container()],
+                "volumes": [host("p", "/var/lib/kubelet/plugins/gpu.nvidia.com")],
+            },
+            None,
+            "it mounts /var/lib/kubelet/plugins/gpu.nvidia.com",
+        ),
+        (
+            {"containers": [container(image="intel/intel-gpu-plugin:0.31.0")]},
+            None,
+            "its image 'intel/intel-gpu-plugin:0.31.0'",
+        ),
+        (
+            {"containers": [container(image="nvcr.io/nvidia/driver:550.127.08-ubuntu22.04")]},
+            None,
+            "its image 'nvcr.io/nvidia/driver:550.127.08-ubuntu22.04'",
+        ),
+        ({"containers": [container(name="gpu-feature-discovery")]}, None, "its container"),
+        (
+            {"containers": [container()]},
+            {"app.kubernetes.io/name": "dcgm-exporter"},
+            "its label app.kubernetes.io/name=dcgm-exporter",
+        ),
+        # not an agent: nothing says so, or not on every node
+        ({"containers": [container()], "volumes": [host("dev", "/dev")]}, None, None),
+        (
+            {"containers": [container()], "volumes": [host("k", "/var/lib/kubelet/pods")]},
+            None,
+            None,
+        ),
+    ],
+)
+def test_what_looks_like_a_device_plugin_or_node_agent(
+    spec: dict[str, Any], labels: dict[str, str] | None, expected: str | None
+) -> None:
+    found = why(daemonset(spec, labels))
+    if expected is None:
+        assert found is None
+    else:
+        assert found is not None and found.startswith(expected)
+
+
+def test_only_a_daemonset_or_a_pod_it_owns_is_an_agent() -> None:
+    spec = {"containers": [container(image="nvcr.io/nvidia/k8s-device-plugin:v0.17.1")]}
+    assert why(daemonset(spec, kind="Deployment")) is None
+    assert why(daemonset(spec, kind="Pod")) is None
+    owned = daemonset(spec, kind="Pod")
+    owned["metadata"]["ownerReferences"] = [{"kind": "DaemonSet", "name": "nvdp", "uid": "1"}]
+    assert why(owned) is not None
+
+
+def test_a_forged_volume_does_not_crash_the_guess() -> None:
+    spec = {"containers": [container()], "volumes": [{"name": "x", "hostPath": "/dev"}]}
+    assert why(daemonset(spec)) is None
+
+
+def _denial(obj: dict[str, Any], namespace: str) -> str:
+    decision = evaluate(subject_for(obj, namespace=namespace), RULES, None)
+    assert not decision.allowed
+    return decision.message()
+
+
+def test_an_agent_with_its_own_account_is_told_that_account_first() -> None:
+    spec = {
+        "serviceAccountName": "nvidia-device-plugin",
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+        "containers": [container(securityContext={"privileged": True})],
+        "volumes": [host("dp", "/var/lib/kubelet/device-plugins")],
+    }
+    message = _denial(daemonset(spec), "gpu-infra")
+    assert (
+        'Fix: exempt it in the rule set with exemptions.serviceAccounts: ["gpu-infra/'
+        'nvidia-device-plugin"] (this account alone) or exemptions.namespaces: [gpu-infra]'
+    ) in message
+    assert "If it is not one: remove spec.template.spec.containers[0].securityContext" in message
+    assert "run it in a namespace or under a service account listed" not in message
+
+
+def test_a_workload_keeps_the_remove_advice() -> None:
+    spec = {
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+        "containers": [container(securityContext={"privileged": True})],
+    }
+    for kind in ("Deployment", "DaemonSet"):
+        message = _denial(daemonset(spec, kind=kind), "ml-team")
+        assert "Fix: remove spec.template.spec.containers[0].securityContext.privileged" in message
+        assert "exempt it in the rule set" not in message

@@ -1,0 +1,246 @@
+"""DRA claims as GPU asks: which containers a pod's resource claims give GPUs, through the facts.
+
+A pod names its claims (`spec.resourceClaims`: a ResourceClaimTemplate or a ResourceClaim) and
+each container the claims it uses (`resources.claims`, optionally one request of a claim). Only
+the template or claim says which DeviceClass a request draws from, and only the rule set
+(`gpuDeviceClasses`) says which classes hand out GPUs. `resolve` reads both once per request
+and marks the containers whose claims reach a GPU class as GPU containers (`asks_gpu`, with
+their `gpu_classes`), so every rule treats them as it treats `nvidia.com/gpu`.
+
+What is not known is not a GPU ask: no facts, a template or claim the facts lack, a class the
+cluster does not have (decided in issue 11: no finding). Such claims only keep the pod out of
+`gpu-toleration-without-gpu` (`may_ask_gpu`), since they may well be GPU claims.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import TYPE_CHECKING
+
+from webhook.engine.context import Context
+from webhook.engine.podviews import ContainerView, PodView
+from webhook.facts.dra import (
+    MAX_ALLOCATION,
+    QUOTA_SUFFIX,
+    ClaimRequest,
+    ClaimSpec,
+    DeviceClass,
+    DraFacts,
+    device_key,
+)
+from webhook.facts.model import Facts
+
+if TYPE_CHECKING:
+    from webhook.engine.compiled import CompiledRules
+
+__all__ = [
+    "MAX_ALLOCATION",
+    "NewDevices",
+    "class_of_key",
+    "device_totals",
+    "dra_resource_names",
+    "gpu_class",
+    "may_ask_gpu",
+    "new_devices",
+    "resolve",
+    "tolerated_classes",
+]
+
+IMPLICIT_PREFIX = "deviceclass.resource.kubernetes.io/"  # a class's implicit resource name
+
+
+def gpu_class(name: str, rules: CompiledRules, dra: DraFacts | None) -> bool | None:
+    """Whether DeviceClass `name` hands out GPUs: True, False, or None (not known).
+
+    With the cluster's DeviceClasses known, a class that is not there is unknown (not a GPU
+    ask), and one that is counts by its name or the drivers its selectors require. Without
+    them only the name can tell.
+    """
+    classes = dra.device_classes if dra is not None else None
+    if classes is None:
+        return True if rules.gpu_class_names.matches(name) else None
+    found = classes.get(name)
+    if found is None:
+        return None
+    return rules.gpu_class_names.matches(name) or any(
+        rules.gpu_drivers.matches(d) for d in found.drivers
+    )
+
+
+def _spec(claim: tuple[str, str, str], dra: DraFacts | None) -> ClaimSpec | None:
+    """The spec a pod claim gets: its template's, or the named claim's; None: not known."""
+    if dra is None:
+        return None
+    _, template, existing = claim
+    if template:
+        return dra.templates.get(template) if dra.templates is not None else None
+    if existing:
+        return dra.claims.get(existing) if dra.claims is not None else None
+    return None
+
+
+def _requests(spec: ClaimSpec, request: str) -> Iterator[tuple[int, ClaimRequest]]:
+    """The requests a container gets: all of them, or the one it names."""
+    wanted = request.split("/", 1)[0]  # "main/sub" names the request "main"
+    return ((i, r) for i, r in enumerate(spec) if not wanted or r.name == wanted)
+
+
+def _container_classes(
+    c: ContainerView, claims: dict[str, tuple[str, str, str]], rules: CompiledRules, dra: DraFacts
+) -> tuple[str, ...]:
+    found: list[str] = []
+    for name, request in c.claims:
+        claim = claims.get(name)
+        spec = _spec(claim, dra) if claim is not None else None
+        for _, req in _requests(spec or (), request):
+            for alt in req.alternatives:
+                if alt.device_class not in found and gpu_class(alt.device_class, rules, dra):
+                    found.append(alt.device_class)
+    return tuple(found)
+
+
+def resolve(views: list[PodView], rules: CompiledRules, facts: Facts | None) -> list[PodView]:
+    """The views with every container whose claims reach a GPU class marked a GPU container.
+
+    Pods without claims (nearly all) are returned as they are, at the cost of one test each.
+    """
+    dra = facts.dra if facts is not None else None
+    if dra is None or not any(v.resource_claims for v in views):
+        return views
+    out = []
+    for view in views:
+        claims = {claim[0]: claim for claim in view.resource_claims}
+        containers = []
+        changed = False
+        for c in view.containers:
+            classes = _container_classes(c, claims, rules, dra) if c.claims else ()
+            if classes:
+                c = dataclasses.replace(c, asks_gpu=True, gpu_classes=classes)
+                changed = True
+            containers.append(c)
+        if changed:
+            view = dataclasses.replace(view, containers=tuple(containers))
+        out.append(view)
+    return out
+
+
+def may_ask_gpu(pod: PodView, ctx: Context) -> bool:
+    """Whether some claim of the pod could hand out GPUs: it is a GPU claim, or what it draws
+    from is not known. Only a claim whose every class is known and no GPU class is not."""
+    dra = ctx.facts.dra if ctx.facts is not None else None
+    for claim in pod.resource_claims:
+        spec = _spec(claim, dra)
+        if spec is None:
+            return True
+        for request in spec:
+            if any(
+                gpu_class(a.device_class, ctx.rules, dra) is not False for a in request.alternatives
+            ):
+                return True
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class NewDevices:
+    """GPU devices of one class that one request of a claim made for the pod takes."""
+
+    claim: str  # the pod's claim name
+    template: str  # the ResourceClaimTemplate it is made from
+    request: str
+    index: int  # of the request in the template's spec.spec.devices.requests
+    device_class: str
+    count: int | None  # None: allocationMode All
+    containers: tuple[str, ...]  # the containers that use it
+
+    def devices(self, all_as: int) -> int:
+        return all_as if self.count is None else self.count
+
+    def describe(self) -> str:
+        """For messages: where the devices come from and who uses them."""
+        count = "allocationMode All" if self.count is None else str(self.count)
+        users = ", ".join(f'"{c}"' for c in self.containers) or "no container"
+        return (
+            f'claim "{self.claim}" (ResourceClaimTemplate {self.template}, request '
+            f'"{self.request}": {count} {self.device_class}) used by container {users}'
+        )
+
+
+def new_devices(pod: PodView, ctx: Context) -> list[NewDevices]:
+    """The GPU devices the pod's claims will take anew: those made from templates (one claim
+    per pod). A ResourceClaim named in the pod exists already; what it takes is counted
+    where it is (quota `used`, the namespace's claims), never again per pod.
+
+    For `firstAvailable`, each class's largest alternative, as ResourceQuota counts it.
+    """
+    dra = ctx.facts.dra if ctx.facts is not None else None
+    if dra is None or not pod.resource_claims:
+        return []
+    out = []
+    for claim in pod.resource_claims:
+        name, template, _ = claim
+        spec = _spec(claim, dra) if template else None
+        if not spec:
+            continue
+        users = tuple(c.name for c in pod.containers if any(n == name for n, _ in c.claims))
+        for i, request in enumerate(spec):
+            largest: dict[str, int | None] = {}
+            for alt in request.alternatives:
+                if gpu_class(alt.device_class, ctx.rules, dra) is not True:
+                    continue
+                seen = largest.get(alt.device_class, 0)
+                if alt.count is None or seen is None:
+                    largest[alt.device_class] = None
+                else:
+                    largest[alt.device_class] = max(seen, alt.count)
+            for device_class, count in largest.items():
+                out.append(NewDevices(name, template, request.name, i, device_class, count, users))
+    return out
+
+
+def device_totals(asks: list[NewDevices], all_as: int) -> dict[str, Fraction]:
+    """The asks summed by `device_key`, an `All` request counted as `all_as` devices."""
+    out: dict[str, Fraction] = {}
+    for ask in asks:
+        key = device_key(ask.device_class)
+        out[key] = out.get(key, Fraction(0)) + ask.devices(all_as)
+    return out
+
+
+def class_of_key(key: str) -> str:
+    """The DeviceClass a `<class>.deviceclass.resource.k8s.io/devices` key counts; "" else."""
+    return key[: -len(QUOTA_SUFFIX)] if key.endswith(QUOTA_SUFFIX) else ""
+
+
+def dra_resource_names(dra: DraFacts | None) -> frozenset[str]:
+    """Plain resource names DRA devices satisfy (DeviceClass `extendedResourceName`, and each
+    class's implicit `deviceclass.resource.kubernetes.io/<class>`): schedulable with no node
+    listing them. Only known DeviceClasses count."""
+    classes = dra.device_classes if dra is not None else None
+    if not classes:
+        return frozenset()
+    names = {IMPLICIT_PREFIX + name for name in classes}
+    names.update(dc.extended_resource_name for dc in classes.values() if dc.extended_resource_name)
+    return frozenset(names)
+
+
+def tolerated_classes(index: int, classes: set[str], ctx: Context) -> bool:
+    """Whether toleration number `index` of gpu-tolerations is for devices of one of these
+    GPU classes: by class name, by a driver the class requires, or by the plain resource name
+    the class stands for (`extendedResourceName` matching the toleration's resources)."""
+    names, drivers = ctx.rules.class_tolerations[index]
+    _, resources = ctx.rules.tolerations[index]
+    known = ctx.facts.dra.device_classes if ctx.facts and ctx.facts.dra else None
+    for name in classes:
+        if names.matches(name):
+            return True
+        found: DeviceClass | None = known.get(name) if known is not None else None
+        if found is None:
+            continue
+        if any(drivers.matches(d) for d in found.drivers):
+            return True
+        if found.extended_resource_name and resources.match(found.extended_resource_name):
+            return True
+    return False

@@ -1,0 +1,84 @@
+"""The workload table in force: shipped kinds, replaced or extended by the rule set's.
+
+Compiled once per rule set (`CompiledRuleSet.workloads`); the pod views, the webhook's
+routing, the audits and the generated webhook configuration all read this one table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from webhook.ruleset.workloads import BUILTIN_WORKLOADS, WorkloadKind, parse_path
+
+__all__ = ["DEFAULT_TABLE", "Workload", "WorkloadTable", "workload_table"]
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """One kind, with its paths parsed."""
+
+    declared: WorkloadKind
+    spec_paths: tuple[tuple[str, ...], ...]
+    # (path to the container-like object, key of its ResourceRequirements)
+    container_paths: tuple[tuple[tuple[str, ...], str], ...]
+    inline: tuple[str, ...]
+    replicas: tuple[str, ...] | None
+
+    @property
+    def group(self) -> str:
+        return self.declared.group
+
+    @property
+    def kind(self) -> str:
+        return self.declared.kind
+
+    @property
+    def mutate(self) -> bool:
+        return self.declared.mutate
+
+    @property
+    def shm(self) -> bool:
+        return self.declared.shm
+
+    @property
+    def cluster_scoped(self) -> bool:
+        return self.declared.scope == "Cluster"
+
+
+def _compile(kind: WorkloadKind) -> Workload:
+    return Workload(
+        declared=kind,
+        spec_paths=kind.spec_paths(),
+        container_paths=tuple((parse_path(c.path), c.resources) for c in kind.containers),
+        inline=tuple(kind.inline_containers),
+        replicas=parse_path(kind.replicas) if kind.replicas else None,
+    )
+
+
+class WorkloadTable:
+    """(group, kind) -> where its pods are. A lookup per request, nothing more."""
+
+    __slots__ = ("_by_key", "kinds")
+
+    def __init__(self, kinds: Iterable[WorkloadKind]) -> None:
+        self.kinds: tuple[Workload, ...] = tuple(_compile(k) for k in kinds)
+        self._by_key = {(w.group, w.kind): w for w in self.kinds}
+
+    def get(self, group: str, kind: str) -> Workload | None:
+        return self._by_key.get((group, kind))
+
+    def holds_pods(self, group: str, kind: str) -> bool:
+        """Whether objects of this group and kind contain pod specs the table locates."""
+        return (group, kind) in self._by_key
+
+
+def workload_table(declared: Iterable[WorkloadKind] = ()) -> WorkloadTable:
+    """The shipped kinds, each replaced by a declaration of the same group and kind, then the
+    rule set's new kinds in the order declared."""
+    own = {k.key: k for k in declared}
+    shipped = [own.pop(k.key, k) for k in BUILTIN_WORKLOADS]
+    return WorkloadTable([*shipped, *own.values()])
+
+
+DEFAULT_TABLE = workload_table()

@@ -1,0 +1,420 @@
+"""The webhook configurations, generated from a rule set: what the apiserver sends us.
+
+`gpu-admission rules webhooks rules/` prints both configurations. Their rules come from the
+workload table (shipped kinds plus the rule set's `workloads:`), their namespaceSelector from
+the exempt namespaces, and their `gpu-workload` matchCondition (CEL) from the same table and
+from the names the rules use: GPU resources, GPU taint keys, GPU node-label prefixes and host
+device paths. So a CRD declared in a rule file is routed, and a resource name added to
+`gpuResources` is selected, with no hand edit; manifests/base/webhooks.yaml is this output for
+the shipped rules/ (a test keeps them equal).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Hashable, Iterable, Iterator
+from typing import TypeVar
+
+from webhook.engine.compiled import CompiledRuleSet
+from webhook.engine.workloads import Workload, WorkloadTable
+from webhook.ruleset.models import DEFAULT_DEVICE_PATHS, RuleSet
+from webhook.ruleset.workloads import LIST_ITEMS, MAP_VALUES
+from webhook.selectors import is_pattern
+
+__all__ = ["gpu_workload_condition", "render_webhooks"]
+
+NAMESPACE = "gpu-admission"
+# Never sent, whatever the rule set says: the control plane must not wait on a webhook, and
+# the webhook must be able to restart while it is down.
+ALWAYS_SKIPPED = ("kube-system", NAMESPACE)
+
+
+def _q(text: str) -> str:
+    """A CEL string literal (JSON's escaping is valid CEL)."""
+    return "'" + json.dumps(text)[1:-1].replace("'", "\\'") + "'"
+
+
+def _list(items: Iterable[str]) -> str:
+    return "[" + ", ".join(_q(i) for i in items) + "]"
+
+
+def _glob_re2(pattern: str) -> str:
+    """A shell-style name pattern as an anchored RE2 regex (CEL's `matches`)."""
+    out, i = ["^"], 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "*":
+            out.append(".*")
+        elif ch == "?":
+            out.append(".")
+        elif ch == "[" and "]" in pattern[i + 1 :]:
+            end = pattern.index("]", i + 1)
+            body = pattern[i + 1 : end]
+            out.append("[" + ("^" + body[1:] if body.startswith("!") else body) + "]")
+            i = end
+        else:
+            out.append(re.escape(ch))
+        i += 1
+    return "".join(out) + "$"
+
+
+def _name_test(var: str, patterns: Iterable[str]) -> str:
+    """CEL that is true when the string `var` matches one of the patterns."""
+    exact = sorted({p for p in patterns if not is_pattern(p)})
+    tests = [f"{var} in {_list(exact)}"] if exact else []
+    for p in sorted({p for p in patterns if is_pattern(p)}):
+        body = p[:-1] if p.endswith("*") else p[1:] if p.startswith("*") else None
+        if body is not None and not is_pattern(body):
+            tests.append(f"{var}.{'startsWith' if p.endswith('*') else 'endsWith'}({_q(body)})")
+        else:
+            tests.append(f"{var}.matches({_q(_glob_re2(p))})")
+    return " || ".join(tests) or "false"
+
+
+_K = TypeVar("_K", bound=Hashable)
+
+
+# --- where the pod specs are --------------------------------------------------------------------
+
+
+def _select(root: str, fields: Iterable[str]) -> tuple[str, list[str]]:
+    """`root.a.b` and the has() guards that make reading it safe."""
+    expr, guards = root, []
+    for f in fields:
+        expr = f"{expr}.{f}"
+        guards.append(f"has({expr})")
+    return expr, guards
+
+
+def _wrap(parts: list[str], joiner: str, indent: str) -> str:
+    """`parts` joined, one per line once the whole would pass 90 columns."""
+    flat = joiner.join(parts)
+    if len(indent) + len(flat) <= 90:
+        return flat
+    return f"\n{indent}{joiner.lstrip()}".join(parts)
+
+
+def _collect(segments: tuple[str, ...], root: str = "object") -> str:
+    """A CEL list of what the path reaches in `root` ([] where the object has no such field).
+
+    Multi-line for long paths; lines after the first are indented by four spaces.
+    """
+    wild = next((i for i, s in enumerate(segments) if s in (LIST_ITEMS, MAP_VALUES)), None)
+    if wild is None:
+        value, guards = _select(root, segments)
+        return f"{_wrap(guards, ' && ', '    ')}\n    ? [{value}] : []"
+    outer, guards = _select(root, segments[:wild])
+    rest = segments[wild + 1 :]
+    if segments[wild] == LIST_ITEMS:
+        item, inner = _select("x", rest)
+        picked = (
+            f"{outer}\n      .filter(x, {_wrap(inner, ' && ', '        ')})\n      .map(x, {item})"
+            if rest
+            else outer
+        )
+    else:  # a map: its keys are iterated, its values read through them
+        item, inner = _select(f"{outer}[k]", rest)
+        cond = _wrap(inner, " && ", "        ") or "true"
+        picked = f"{outer}\n      .filter(k, {cond})\n      .map(k, {item})"
+    return f"{_wrap(guards, ' && ', '    ')}\n    ? {picked}\n    : []"
+
+
+def _by_path(paths: Iterator[tuple[Workload, _K]]) -> dict[_K, list[str]]:
+    """Each path once, with the kinds that keep pod specs there (for the comments)."""
+    out: dict[_K, list[str]] = {}
+    for workload, path in paths:
+        kinds = out.setdefault(path, [])
+        if workload.kind not in kinds:
+            kinds.append(workload.kind)
+    return out
+
+
+# --- what makes a pod spec worth sending ----------------------------------------------------------
+
+
+class _Names:
+    """The names the rule set (base and overrides) uses, as the CEL needs them."""
+
+    def __init__(self, rules: CompiledRuleSet) -> None:
+        source: RuleSet = rules.source
+        self.gpu_resources = list(source.gpu_resources)
+        self.taint_keys = sorted(rules.taint_keys)
+        prefixes = list(source.rules.gpu_schedulable.gpu_label_prefixes)
+        paths = [*DEFAULT_DEVICE_PATHS, *source.rules.host_gpu_devices.paths]
+        for o in source.overrides:
+            sched = o.rules.get("gpu-schedulable", {})
+            prefixes += [p for p in sched.get("gpuLabelPrefixes", []) if isinstance(p, str)]
+            host = o.rules.get("host-gpu-devices", {})
+            paths += [p for p in host.get("paths", []) if isinstance(p, str)]
+        self.label_prefixes = list(dict.fromkeys(prefixes))
+        self.device_paths = list(dict.fromkeys(paths))
+        self.inline = list(dict.fromkeys(k for w in rules.workloads.kinds for k in w.inline))
+
+
+def _device_prefixes(patterns: Iterable[str]) -> tuple[list[str], list[str]]:
+    """(prefixes a device path starts with, directories above them) for host-path routing."""
+    fixed = []
+    for p in patterns:
+        cut = min((p.index(ch) for ch in "*?[" if ch in p), default=len(p))
+        fixed.append(p[:cut])
+    prefixes = sorted({f for f in fixed if not any(f != g and f.startswith(g) for g in fixed)})
+    above: set[str] = set()
+    for f in fixed:
+        # '/dev/nvidia' lies in /dev; '/dev/char/' names the directory /dev/char itself.
+        parts = f.rstrip("/").split("/")[1:] if f.endswith("/") else f.split("/")[1:-1]
+        path = ""
+        above.add("/")
+        for part in parts:
+            path += "/" + part
+            above.update({path, path + "/"})
+    return prefixes, sorted(above)
+
+
+def _container_test(resources: str, names: _Names) -> str:
+    gpu = _name_test("r", names.gpu_resources)
+    return f"""(
+                // (a) a GPU resource with an amount other than zero, in requests or limits
+                (has(c.{resources}) && ['requests', 'limits'].exists(w, w in c.{resources}
+                  && c.{resources}[w].exists(r, ({gpu})
+                    && string(c.{resources}[w][r]) != '0')))
+                // (b) NVIDIA_VISIBLE_DEVICES, whatever its value, or through valueFrom; or a
+                //     mount in the toolkit's volume-mount device list
+                || (has(c.env)
+                  && c.env.exists(e, has(e.name) && e.name == 'NVIDIA_VISIBLE_DEVICES'))
+                || (has(c.volumeMounts) && c.volumeMounts.exists(m,
+                  has(m.mountPath) && m.mountPath.contains('nvidia-container-devices')))
+              )"""
+
+
+def _pod_test(names: _Names) -> str:
+    prefixes, above = _device_prefixes(names.device_paths)
+    labels = _list(names.label_prefixes)
+    keys = _list(names.taint_keys)
+    inline = _list(names.inline)
+    return f"""(
+              (has(p.containers) ? p.containers : [])
+              + (has(p.initContainers) ? p.initContainers : [])
+              + (has(p.ephemeralContainers) ? p.ephemeralContainers : [])
+              // Keys that hold one container each (KServe's model and framework shortcuts).
+              + {inline}.filter(k, k in p).map(k, p[k])
+            ).exists(c, {_container_test("resources", names)})
+            // (c) a hostPath volume holding GPU device nodes or a directory above them
+            //     (host-gpu-devices.paths; /proc/1/root is the host's /). A path with '//' or
+            //     '/.' goes too: the webhook normalizes it before matching.
+            || (has(p.volumes) && p.volumes.exists(v,
+              has(v.hostPath) && has(v.hostPath.path)
+              && (v.hostPath.path in {_list(above)}
+                || {_list(prefixes)}.exists(d, v.hostPath.path.startsWith(d))
+                || v.hostPath.path.contains('//')
+                || v.hostPath.path.contains('/.'))))
+            // (d) a way onto GPU nodes: a toleration of a GPU node taint or of every taint (no
+            //     key), GPU node labels in nodeSelector or required node affinity, or nodeName.
+            //     Such a pod gets NVIDIA_VISIBLE_DEVICES=void in its non-GPU containers, and
+            //     privileged mode or envFrom are judged in it.
+            || (has(p.tolerations) && p.tolerations.exists(t,
+              (has(t.key) && t.key in {keys})
+              || ((!has(t.key) || t.key == '') && has(t.operator) && t.operator == 'Exists')))
+            || (has(p.nodeSelector) && p.nodeSelector.exists(k,
+              {labels}.exists(x, k.startsWith(x))))
+            || (has(p.affinity) && has(p.affinity.nodeAffinity)
+              && has(p.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution)
+              && has(p.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution
+                .nodeSelectorTerms)
+              && p.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution
+                .nodeSelectorTerms.exists(term, has(term.matchExpressions)
+                  && term.matchExpressions.exists(e,
+                    {labels}.exists(x, has(e.key) && e.key.startsWith(x)))))
+            || (has(p.nodeName) && p.nodeName != '')
+            // (e) DRA: resource claims, whose device class only the webhook's facts can tell
+            || (has(p.resourceClaims) && size(p.resourceClaims) > 0)"""
+
+
+def gpu_workload_condition(rules: CompiledRuleSet) -> str:
+    """The CEL of the `gpu-workload` matchCondition for this rule set."""
+    table = rules.workloads
+    names = _Names(rules)
+    specs = _by_path((w, p) for w in table.kinds for p in w.spec_paths)
+    lists = ",\n".join(
+        f"  // {', '.join(kinds)}\n  " + _collect(path).replace("\n", "\n  ")
+        for path, kinds in specs.items()
+    )
+    expr = f"""// 1. The pod specs in the object, at every path the workload table knows (the kinds
+//    in webhook/ruleset/workloads.py and the rule set's `workloads:`); a path the object
+//    does not have adds an empty list. CEL has no flatten: a list of lists.
+[
+{lists}
+]
+// 2. Does any pod spec need gpu-admission?
+.exists(specs, specs.exists(p, {_pod_test(names)}
+))"""
+    lone = _by_path((w, where) for w in table.kinds for where in w.container_paths)
+    for (path, key), kinds in lone.items():
+        expr += f"""
+// 3. {", ".join(kinds)}: a container outside any pod spec, its resources under `{key}`
+|| ({_collect(path)}).exists(c, {_container_test(key, names)})"""
+    return expr
+
+
+# --- the two configurations -----------------------------------------------------------------------
+
+
+def _skipped_namespaces(source: RuleSet) -> list[str]:
+    exact = [n for n in source.exemptions.namespaces if not is_pattern(n)]
+    return list(dict.fromkeys([*ALWAYS_SKIPPED, *exact]))
+
+
+def _rules_yaml(table: WorkloadTable) -> str:
+    groups: dict[tuple[str, tuple[str, ...], str], list[str]] = {}
+    for w in table.kinds:
+        if (w.group, w.kind) == ("", "Pod"):
+            continue
+        d = w.declared
+        groups.setdefault((d.group, tuple(d.versions), d.scope), []).append(d.resource)
+    out = [
+        "      - operations: [CREATE]",
+        '        apiGroups: [""]',
+        "        apiVersions: [v1]",
+        "        resources: [pods]",
+        "        scope: Namespaced",
+        "      # kubectl debug adds containers to a running pod through this subresource.",
+        "      - operations: [UPDATE]",
+        '        apiGroups: [""]',
+        "        apiVersions: [v1]",
+        "        resources: [pods/ephemeralcontainers]",
+        "        scope: Namespaced",
+    ]
+    for (group, versions, scope), resources in groups.items():
+        out += [
+            "      - operations: [CREATE, UPDATE]",
+            f"        apiGroups: [{group or json.dumps(group)}]",
+            f"        apiVersions: [{', '.join(versions)}]",
+            f"        resources: [{', '.join(resources)}]",
+            f"        scope: {scope}",
+        ]
+    return "\n".join(out)
+
+
+HEADER = """\
+# How the apiserver calls gpu-admission. Generated from the rule set by
+#   gpu-admission rules webhooks rules/ > manifests/base/webhooks.yaml
+# so edit the rule files (workloads, gpuResources, exemptions...) and generate again; do not
+# edit this file by hand (tests/test_manifests.py fails when it differs from the output).
+# Both configurations route the same objects, with the same namespaceSelector and
+# matchConditions:
+#
+# - rules: pods on CREATE only (a pod's spec is immutable and the engine judges no pod UPDATE),
+#   pods/ephemeralcontainers on UPDATE (kubectl debug: only the added containers are judged,
+#   for GPU access), every kind of the workload table on CREATE and UPDATE (a changed pod
+#   template). DELETE and other subresources (`kubectl scale` goes to */scale) are never sent.
+# - namespaceSelector: never kube-system (a webhook outage must not block the control plane),
+#   gpu-admission itself (the webhook must be able to restart while it is down), nor the
+#   namespaces the rule set exempts by name (the GPU operators' and device plugins').
+# - matchConditions (CEL, GA in Kubernetes 1.30): only objects with a pod spec that asks for a
+#   GPU, sets NVIDIA_VISIBLE_DEVICES, mounts host GPU device nodes, has DRA resource claims, or
+#   can land on a GPU node (tolerates a GPU taint or every taint, selects GPU node labels,
+#   names its node). They assume GPU nodes carry a GPU taint, as the GPU operator and managed
+#   GPU pools set up: in a cluster with untainted GPU nodes, remove the `gpu-workload`
+#   condition (the webhook then judges every pod: its facts show such nodes, and it skips its
+#   own fast path). Everything else, nearly all of a cluster's traffic, is admitted without a
+#   call, so an outage cannot touch non-GPU workloads. The server keeps its own fast path.
+# - timeoutSeconds 5 (default 10): an answer takes milliseconds (pure rules over cached cluster
+#   facts), so 5 s is only reached when a replica hangs. One request may cost two mutating calls
+#   (reinvocation) and one validating call: 15 s at worst, well inside the apiserver's 60 s
+#   request timeout, so the caller gets the webhook's failure policy, not a timeout of its own.
+# - sideEffects None: the webhook changes nothing outside the AdmissionReview (dryRun is safe).
+# - matchPolicy Equivalent: a request through another version of a listed resource (e.g. an
+#   older ray.io or kubeflow.org version) is converted and still sent.
+"""
+
+_MUTATING = """\
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata:
+  name: gpu-admission
+  labels:
+    app.kubernetes.io/name: gpu-admission
+webhooks:
+  - name: mutate.gpu-admission.io
+    admissionReviewVersions: [v1]
+    sideEffects: None
+    timeoutSeconds: 5
+    # Ignore: if gpu-admission is down, GPU pods are admitted unmutated (no added toleration,
+    # /dev/shm or probe delays) rather than refused. Every mutation is a convenience the
+    # validating webhook or the pod's own failure makes visible; none is a safety boundary.
+    failurePolicy: Ignore
+    # Another mutating webhook (or a built-in one) may add a container or a GPU after us.
+    # Our mutations are idempotent, so a second call changes nothing it already did.
+    reinvocationPolicy: IfNeeded
+    matchPolicy: Equivalent
+    clientConfig:
+      service:
+        namespace: gpu-admission
+        name: gpu-admission
+        path: /mutate
+        port: 443
+"""
+
+_VALIDATING = """\
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: gpu-admission
+  labels:
+    app.kubernetes.io/name: gpu-admission
+webhooks:
+  - name: validate.gpu-admission.io
+    admissionReviewVersions: [v1]
+    sideEffects: None
+    timeoutSeconds: 5
+    # Fail: the validating rules are the isolation boundary (NVIDIA_VISIBLE_DEVICES, host device
+    # nodes, privileged GPU containers); with Ignore, an outage, or a pod that knocks the webhook
+    # over, would let exactly those through. The cost is bounded: the matchConditions send only
+    # GPU-related objects, kube-system and gpu-admission are never sent, two replicas on
+    # different nodes with a PodDisruptionBudget and system-cluster-critical priority keep it
+    # up, and a stuck controller retries on its own once the webhook is back.
+    failurePolicy: Fail
+    matchPolicy: Equivalent
+    clientConfig:
+      service:
+        namespace: gpu-admission
+        name: gpu-admission
+        path: /validate
+        port: 443
+"""
+
+
+def _routing(rules: CompiledRuleSet) -> str:
+    namespaces = "".join(f"\n            - {n}" for n in _skipped_namespaces(rules.source))
+    condition = "\n".join(
+        ("          " + line).rstrip() for line in gpu_workload_condition(rules).splitlines()
+    )
+    return f"""\
+    namespaceSelector:
+      matchExpressions:
+        - key: kubernetes.io/metadata.name
+          operator: NotIn
+          values:{namespaces}
+    rules:
+{_rules_yaml(rules.workloads)}
+    matchConditions:
+      # An object on its way out (finalizers being removed) creates no pods; skipping it means
+      # an outage cannot hold up the deletion of GPU workloads. On CREATE the field is the
+      # author's to set (the apiserver clears it only after admission), so it never skips one.
+      - name: not-being-deleted
+        expression: "request.operation == 'CREATE' || !has(object.metadata.deletionTimestamp)"
+      - name: gpu-workload
+        # `object` is the object as the apiserver decoded it: built-in kinds have quantities as
+        # strings ("1") and no nulls; CRD objects may keep integers (1). Every field access is
+        # guarded with has(), because an evaluation error counts as a webhook failure.
+        # Cost: linear in the object's pod specs x (containers x (env + resource names) +
+        # volumes + tolerations), far below the per-object budget of matchConditions.
+        expression: |
+{condition}
+"""
+
+
+def render_webhooks(rules: CompiledRuleSet) -> str:
+    """Both webhook configurations as one YAML stream, comments included."""
+    routing = _routing(rules)
+    return f"{HEADER}{_MUTATING}{routing}---\n{_VALIDATING}{routing}"

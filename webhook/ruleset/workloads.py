@@ -1,0 +1,222 @@
+"""Where pod specs live inside workload objects: one declaration per kind.
+
+The kinds gpu-admission knows out of the box are declared here with the same model a rule
+file's `workloads:` section uses, so a platform team's CRD gets exactly what a Deployment
+gets: every rule, the audit, and routing in the generated webhook configuration. A rule
+file's declaration of a shipped kind (same group and kind) replaces the shipped one.
+
+Paths are dotted field names from the object's root. `name[*]` walks every item of a list,
+a lone `*` every value of a map (Kubeflow's `pytorchReplicaSpecs: {Master: ..., Worker:
+...}`). At most one wildcard per path: the webhooks' CEL routing has no flatten.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from webhook.ruleset.base import StrictModel
+
+__all__ = [
+    "BUILTIN_WORKLOADS",
+    "LIST_ITEMS",
+    "MAP_VALUES",
+    "ContainerPath",
+    "WorkloadKind",
+    "parse_path",
+]
+
+LIST_ITEMS = "[*]"
+MAP_VALUES = "*"
+_FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_RESOURCE = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+def parse_path(path: str) -> tuple[str, ...]:
+    """'spec.tasks[*].template' -> ('spec', 'tasks', '[*]', 'template').
+
+    Raises ValueError naming the bad segment, so a rule file's typo fails at load.
+    """
+    if not path:
+        raise ValueError("a path may not be empty")
+    out: list[str] = []
+    for part in path.split("."):
+        if part == MAP_VALUES:
+            out.append(MAP_VALUES)
+            continue
+        name = part.removesuffix(LIST_ITEMS)
+        if not _FIELD.fullmatch(name):
+            raise ValueError(
+                f"{path!r}: {part!r} is not a field name, name[*] (each list item) or * "
+                "(each map value)"
+            )
+        out.append(name)
+        if part.endswith(LIST_ITEMS):
+            out.append(LIST_ITEMS)
+    if sum(s in (LIST_ITEMS, MAP_VALUES) for s in out) > 1:
+        raise ValueError(
+            f"{path!r}: at most one [*] or * per path (the webhooks' CEL routing cannot "
+            "flatten nested lists); declare one path per outer item instead"
+        )
+    return tuple(out)
+
+
+def _check_paths(paths: list[str]) -> list[str]:
+    for p in paths:
+        parse_path(p)
+    return paths
+
+
+class ContainerPath(StrictModel):
+    """A single container-like object outside any pod spec (Kubeflow Trainer's
+    `spec.trainer`): its GPU asks are judged, nothing is added to it."""
+
+    path: str
+    # The key holding its ResourceRequirements (TrainJob: resourcesPerNode).
+    resources: str = Field(default="resources", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+    _paths = field_validator("path")(lambda v: _check_paths([v])[0])
+
+
+class WorkloadKind(StrictModel):
+    """A kind whose objects carry pod specs: where they are, and how the webhook is told."""
+
+    group: str = ""  # API group; "" is the core group
+    kind: str = Field(min_length=1, pattern=r"^[A-Z][A-Za-z0-9]*$")
+    resource: str = Field(pattern=_RESOURCE)  # plural, for the webhooks' rules and the audit
+    versions: list[str] = Field(min_length=1)
+    scope: Literal["Namespaced", "Cluster"] = "Namespaced"
+    pod_specs: list[str] = Field(default_factory=list)  # paths to a PodSpec
+    pod_templates: list[str] = Field(default_factory=list)  # paths to a PodTemplateSpec
+    containers: list[ContainerPath] = Field(default_factory=list)
+    # Keys inside each pod spec holding one container (KServe's `model`, `pytorch`, ...).
+    inline_containers: list[str] = Field(default_factory=list)
+    # Path to how many pods of each template run at once (replicas, parallelism); else 1.
+    replicas: str | None = None
+    # false: judged only, never patched (the pods it creates are mutated when created).
+    mutate: bool = True
+    # false: the controller merges these pod specs over a base that brings its own /dev/shm
+    # (KServe's LLMInferenceServiceConfig): a volume added here would replace it.
+    shm: bool = True
+
+    _paths = field_validator("pod_specs", "pod_templates")(_check_paths)
+
+    @field_validator("replicas")
+    @classmethod
+    def _replicas_path(cls, value: str | None) -> str | None:
+        if value is not None and any(s in (LIST_ITEMS, MAP_VALUES) for s in parse_path(value)):
+            raise ValueError(f"{value!r}: a replica count is one field, no wildcard")
+        return value
+
+    @model_validator(mode="after")
+    def _has_pods(self) -> WorkloadKind:
+        if not (self.pod_specs or self.pod_templates or self.containers):
+            raise ValueError(
+                f"{self.kind}: give podSpecs, podTemplates or containers: where its pods are"
+            )
+        return self
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.group, self.kind
+
+    def spec_paths(self) -> tuple[tuple[str, ...], ...]:
+        """Every path to a pod spec: a template's spec sits under its `spec`."""
+        return tuple(parse_path(p) for p in self.pod_specs) + tuple(
+            (*parse_path(p), "spec") for p in self.pod_templates
+        )
+
+
+def _kind(
+    group: str, kind: str, resource: str, versions: list[str], **paths: object
+) -> WorkloadKind:
+    return WorkloadKind.model_validate(
+        {"group": group, "kind": kind, "resource": resource, "versions": versions, **paths}
+    )
+
+
+_KSERVE_INLINE = [
+    "model", "tensorflow", "pytorch", "sklearn", "xgboost", "onnx", "triton",
+    "lightgbm", "pmml", "paddle", "huggingface",
+]  # fmt: skip
+
+
+def _ray(prefix: str) -> list[str]:
+    return [f"{prefix}headGroupSpec.template", f"{prefix}workerGroupSpecs[*].template"]
+
+
+def _replicas(field: str) -> dict[str, object]:
+    return {"podTemplates": [f"spec.{field}.*.template"]}
+
+
+_TEMPLATE = {"podTemplates": ["spec.template"]}
+
+# The kinds known out of the box. The group matters: Volcano's batch.volcano.sh Job is not a
+# batch/v1 Job. Order is the order of the generated webhook rules.
+BUILTIN_WORKLOADS: tuple[WorkloadKind, ...] = (
+    _kind("", "Pod", "pods", ["v1"], podSpecs=["spec"]),
+    _kind("", "PodTemplate", "podtemplates", ["v1"], podTemplates=["template"]),
+    _kind("", "ReplicationController", "replicationcontrollers", ["v1"], **_TEMPLATE,
+          replicas="spec.replicas"),
+    _kind("apps", "Deployment", "deployments", ["v1"], **_TEMPLATE, replicas="spec.replicas"),
+    _kind("apps", "StatefulSet", "statefulsets", ["v1"], **_TEMPLATE, replicas="spec.replicas"),
+    _kind("apps", "DaemonSet", "daemonsets", ["v1"], **_TEMPLATE),
+    _kind("apps", "ReplicaSet", "replicasets", ["v1"], **_TEMPLATE, replicas="spec.replicas"),
+    _kind("batch", "Job", "jobs", ["v1"], **_TEMPLATE, replicas="spec.parallelism"),
+    _kind("batch", "CronJob", "cronjobs", ["v1"], podTemplates=["spec.jobTemplate.spec.template"],
+          replicas="spec.jobTemplate.spec.parallelism"),
+    _kind("ray.io", "RayCluster", "rayclusters", ["v1"], podTemplates=_ray("spec.")),
+    _kind("ray.io", "RayJob", "rayjobs", ["v1"],
+          podTemplates=[*_ray("spec.rayClusterSpec."), "spec.submitterPodTemplate"]),
+    _kind("ray.io", "RayService", "rayservices", ["v1"],
+          podTemplates=_ray("spec.rayClusterConfig.")),
+    _kind("kubeflow.org", "PyTorchJob", "pytorchjobs", ["v1"], **_replicas("pytorchReplicaSpecs")),
+    _kind("kubeflow.org", "TFJob", "tfjobs", ["v1"], **_replicas("tfReplicaSpecs")),
+    _kind("kubeflow.org", "MPIJob", "mpijobs", ["v1", "v2beta1"], **_replicas("mpiReplicaSpecs")),
+    _kind("kubeflow.org", "XGBoostJob", "xgboostjobs", ["v1"], **_replicas("xgbReplicaSpecs")),
+    _kind("kubeflow.org", "PaddleJob", "paddlejobs", ["v1"], **_replicas("paddleReplicaSpecs")),
+    _kind("kubeflow.org", "JAXJob", "jaxjobs", ["v1"], **_replicas("jaxReplicaSpecs")),
+    # Kubeflow Trainer v2: the runtimes hold the JobSet template the pods come from; a TrainJob
+    # states the trainer's resources per node, judged but not patched (its pods are, when
+    # created, and the runtime is).
+    _kind("trainer.kubeflow.org", "TrainingRuntime", "trainingruntimes", ["v1alpha1"],
+          podTemplates=["spec.template.spec.replicatedJobs[*].template.spec.template"]),
+    _kind("trainer.kubeflow.org", "ClusterTrainingRuntime", "clustertrainingruntimes",
+          ["v1alpha1"], scope="Cluster",
+          podTemplates=["spec.template.spec.replicatedJobs[*].template.spec.template"]),
+    _kind("trainer.kubeflow.org", "TrainJob", "trainjobs", ["v1alpha1"],
+          containers=[{"path": "spec.trainer", "resources": "resourcesPerNode"}],
+          replicas="spec.trainer.numNodes", mutate=False),
+    # KServe inlines the pod spec into each component (containers, volumes, tolerations...);
+    # a multi-node predictor has a workerSpec, a pod spec too.
+    _kind("serving.kserve.io", "InferenceService", "inferenceservices", ["v1beta1"],
+          podSpecs=["spec.predictor", "spec.predictor.workerSpec", "spec.transformer",
+                    "spec.explainer"],
+          inlineContainers=_KSERVE_INLINE),
+    _kind("serving.kserve.io", "ServingRuntime", "servingruntimes", ["v1alpha1"],
+          podSpecs=["spec", "spec.workerSpec"]),
+    _kind("serving.kserve.io", "ClusterServingRuntime", "clusterservingruntimes", ["v1alpha1"],
+          scope="Cluster", podSpecs=["spec", "spec.workerSpec"]),
+    # LLMInferenceService pod specs are merged over LLMInferenceServiceConfig templates that
+    # mount their own /dev/shm: a volume added here would replace it.
+    _kind("serving.kserve.io", "LLMInferenceService", "llminferenceservices",
+          ["v1alpha1", "v1alpha2"],
+          podSpecs=["spec.template", "spec.worker", "spec.prefill.template", "spec.prefill.worker",
+                    "spec.router.scheduler.template"],
+          replicas="spec.replicas", shm=False),
+    _kind("jobset.x-k8s.io", "JobSet", "jobsets", ["v1alpha2"],
+          podTemplates=["spec.replicatedJobs[*].template.spec.template"]),
+    _kind("leaderworkerset.x-k8s.io", "LeaderWorkerSet", "leaderworkersets", ["v1"],
+          podTemplates=["spec.leaderWorkerTemplate.leaderTemplate",
+                        "spec.leaderWorkerTemplate.workerTemplate"]),
+    _kind("batch.volcano.sh", "Job", "jobs", ["v1alpha1"], podTemplates=["spec.tasks[*].template"]),
+    # NVIDIA NIM Operator: a NIMService's spec is one container-like object (image, env,
+    # resources) plus placement; the operator makes Deployments or LeaderWorkerSets of it, and
+    # their pods get the mutations when created.
+    _kind("apps.nvidia.com", "NIMService", "nimservices", ["v1alpha1"],
+          containers=[{"path": "spec"}], replicas="spec.replicas", mutate=False),
+    _kind("apps.nvidia.com", "NIMPipeline", "nimpipelines", ["v1alpha1"],
+          containers=[{"path": "spec.services[*].spec"}], mutate=False),
+)  # fmt: skip
