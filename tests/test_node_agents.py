@@ -142,3 +142,27 @@ def test_a_workload_keeps_the_remove_advice() -> None:
         message = _denial(daemonset(spec, kind=kind), "ml-team")
         assert "Fix: remove spec.template.spec.containers[0].securityContext.privileged" in message
         assert "exempt it in the rule set" not in message
+
+
+def test_a_node_agent_that_can_reach_gpu_nodes_is_denied_not_silently_given_void() -> None:
+    """`void` would leave a device plugin or monitor seeing no GPU, and nobody would know
+    why: such a pod keeps its image's value and the denial names the exemption instead. Any
+    other pod that can reach GPU nodes gets `void` as before."""
+    gpu_taint = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    agent = daemonset(
+        {
+            "tolerations": gpu_taint,
+            "containers": [container("exporter", "nvcr.io/nvidia/k8s/dcgm-exporter:3.3.5")],
+        }
+    )
+    decision = evaluate(subject_for(agent, namespace="monitoring"), RULES, None)
+    assert not decision.patch
+    assert {f.rule for f in decision.denials} == {"visible-devices"}
+    assert "exemptions.namespaces: [monitoring]" in decision.message()
+
+    plain = daemonset({"tolerations": gpu_taint, "containers": [container("log", "fluent:3")]})
+    decision = evaluate(subject_for(plain, namespace="monitoring"), RULES, None)
+    assert decision.allowed
+    assert [op["value"] for op in decision.patch] == [
+        [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]
+    ]

@@ -300,8 +300,12 @@ def _finding(
 def hide_devices(spec: dict[str, Any], pod: PodView, ctx: Context) -> bool:
     """`NVIDIA_VISIBLE_DEVICES=void` for every container that asks for no GPU and leaves the
     variable unset, in a pod that can reach GPU nodes. A value the author set is judged by
-    the validation, never overwritten; running it twice changes nothing."""
-    if not can_reach_gpu_nodes(pod, ctx):
+    the validation, never overwritten; running it twice changes nothing.
+
+    Not in a pod that looks like a device plugin or node agent: `void` would break it
+    silently (it needs every GPU its image exposes); the validation denies it instead, with
+    the exemption that lets it run."""
+    if not can_reach_gpu_nodes(pod, ctx) or node_agent(pod) is not None:
         return False
     changed = False
     for c in _judged(pod):
