@@ -39,6 +39,7 @@ PATHS = {
     "nodepools": "/apis/karpenter.sh/v1/nodepools",
     "machinesets": "/apis/cluster.x-k8s.io/v1beta1/machinesets",
     "machinedeployments": "/apis/cluster.x-k8s.io/v1beta1/machinedeployments",
+    "machinepools": "/apis/cluster.x-k8s.io/v1beta1/machinepools",
     "deviceclasses": "/apis/resource.k8s.io/v1/deviceclasses",
     "resourceclaimtemplates": "/apis/resource.k8s.io/v1/resourceclaimtemplates",
     "resourceclaims": "/apis/resource.k8s.io/v1/resourceclaims",
@@ -61,6 +62,7 @@ KIND_NAMES = {
     "nodepools": ("karpenter.sh/v1", "NodePool"),
     "machinesets": ("cluster.x-k8s.io/v1beta1", "MachineSet"),
     "machinedeployments": ("cluster.x-k8s.io/v1beta1", "MachineDeployment"),
+    "machinepools": ("cluster.x-k8s.io/v1beta1", "MachinePool"),
     "deviceclasses": ("resource.k8s.io/v1", "DeviceClass"),
     "resourceclaimtemplates": ("resource.k8s.io/v1", "ResourceClaimTemplate"),
     "resourceclaims": ("resource.k8s.io/v1", "ResourceClaim"),
@@ -71,6 +73,7 @@ KIND_NAMES = {
 NAMESPACED = {
     "pods", "resourcequotas", "configmaps", "deployments", "statefulsets", "daemonsets",
     "replicasets", "jobs", "cronjobs", "machinesets", "machinedeployments",
+    "machinepools",
     "resourceclaimtemplates", "resourceclaims", "servingruntimes",
 }  # fmt: skip
 

@@ -273,6 +273,7 @@ def test_the_webhook_may_only_read_the_cluster() -> None:
         ("karpenter.sh", "nodepools"),  # what the cluster can create: GPU pools at zero
         ("cluster.x-k8s.io", "machinesets"),
         ("cluster.x-k8s.io", "machinedeployments"),
+        ("cluster.x-k8s.io", "machinepools"),
         ("resource.k8s.io", "deviceclasses"),  # DRA: which pods' claims are GPU claims
         ("resource.k8s.io", "resourceclaimtemplates"),
         ("resource.k8s.io", "resourceclaims"),

@@ -345,6 +345,9 @@ def test_snapshot_sections_are_read_as_objects() -> None:
 
 def test_snapshot_empty_section_is_known_and_offers_nothing() -> None:
     assert snapshot(machineSets=[]).provisionable == ()
+    pool = machine_group("p", kind="MachinePool", gpu_count="4", gpu_type="amd.com/gpu")
+    (shape,) = snapshot(machinePools=[pool]).provisionable or ()
+    assert shape.name == "MachinePool p" and dict(shape.gpus) == {"amd.com/gpu": 4}
 
 
 # ---- the live cache --------------------------------------------------------------------------
@@ -404,6 +407,11 @@ def test_live_lists_and_follows_nodepools_and_machine_groups(
     server.delete("machinedeployments", "default", "l4")
     eventually(lambda: products(cache) == ["H200"])
     assert taken is not None and sorted(s.labels[PRODUCT] for s in taken) == ["H100", "L4"]
+    pool = machine_group(
+        "a10", kind="MachinePool", gpu_count="1", gpu_type="nvidia.com/gpu", labels=f"{PRODUCT}=A10"
+    )
+    server.put("machinepools", pool)  # a MachinePool scales from zero the same way
+    eventually(lambda: products(cache) == ["A10", "H200"])
     server.put("machinesets", machine_group("odd", kind="MachineSet", cpu="", memory=""))
     eventually(lambda: products(cache) is None)  # one group that cannot be told: unknown
 
@@ -420,7 +428,7 @@ def test_live_initial_list_reads_existing_objects(server: FakeApiServer) -> None
 def test_crds_not_installed_are_known_empty_but_none_installed_is_unknown(
     server: FakeApiServer,
 ) -> None:
-    server.missing = {"machinesets", "machinedeployments"}
+    server.missing = {"machinesets", "machinedeployments", "machinepools"}
     server.load("nodepools", [node_pool("a", req(PRODUCT, "In", "A100"))])
     live = live_cache(server)
     live.list_once()
@@ -442,14 +450,14 @@ def test_forbidden_kind_makes_provisioning_unknown_and_is_warned(
 
 
 def test_a_crd_installed_later_is_found_by_the_recheck(server: FakeApiServer) -> None:
-    server.missing = {"nodepools", "machinesets", "machinedeployments"}
+    server.missing = {"nodepools", "machinesets", "machinedeployments", "machinepools"}
     live = live_cache(server, recheck_seconds=0.2)
     live.start()
     try:
         assert live.wait_synced(10)  # absent CRDs do not hold up the core kinds
         eventually(lambda: server.lists["nodepools"] >= 1)
         assert products(live) is None
-        server.missing = {"machinesets", "machinedeployments"}
+        server.missing = {"machinesets", "machinedeployments", "machinepools"}
         server.put("nodepools", node_pool("b", req(PRODUCT, "In", "B200")))
         eventually(lambda: products(live) == ["B200"])
     finally:

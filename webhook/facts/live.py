@@ -96,11 +96,13 @@ PROVISIONING_KINDS = (
     Kind("nodepools", "custom", _CUSTOM, group="karpenter.sh", version="v1"),
     Kind("machinesets", "custom", _CUSTOM, group="cluster.x-k8s.io", version="v1beta1"),
     Kind("machinedeployments", "custom", _CUSTOM, group="cluster.x-k8s.io", version="v1beta1"),
+    Kind("machinepools", "custom", _CUSTOM, group="cluster.x-k8s.io", version="v1beta1"),
 )
 _SHAPES: dict[str, Callable[[dict[str, Any]], tuple[Node, ...] | None]] = {
     "nodepools": node_pool_shapes,
     "machinesets": machine_group_shapes,
     "machinedeployments": machine_group_shapes,
+    "machinepools": machine_group_shapes,
 }
 # DRA (resource.k8s.io/v1), optional the same way: a 404 means the cluster does not serve it.
 DRA_KINDS = tuple(

@@ -4,7 +4,8 @@ GPU pools often sit at zero: the GPU node a pod needs is created for it. `gpu-sc
 may call a pod impossible only when no existing node *and* no shape the autoscalers can
 create would run it. Two sources are read here, both as the API server returns them:
 
-- Cluster API node groups scaled from zero (`MachineSet`, `MachineDeployment`), read as
+- Cluster API node groups scaled from zero (`MachineSet`, `MachineDeployment`,
+  `MachinePool`), read as
   cluster-autoscaler reads them: the node-group max-size annotation says whether the group
   may grow, the `capacity.cluster-autoscaler.kubernetes.io/*` annotations say what its
   nodes carry (GPU count and resource name, labels, taints).
@@ -98,7 +99,8 @@ def _annotation_taints(text: str) -> list[tuple[str, str, str]]:
 
 
 def machine_group_shapes(obj: Mapping[str, Any]) -> tuple[Node, ...] | None:
-    """The GPU node a MachineSet or MachineDeployment can add, if cluster-autoscaler may grow it.
+    """The GPU node a MachineSet, MachineDeployment or MachinePool can add, if cluster-autoscaler
+    may grow it (the same annotations on all three).
 
     () when it cannot add a GPU node: no max size (not an autoscaled group) or a max of 0, or
     capacity annotations that state no GPU. None when it may grow but states no capacity at
@@ -335,17 +337,20 @@ def provisionable_shapes(
     node_pools: Iterable[Mapping[str, Any]] | None,
     machine_sets: Iterable[Mapping[str, Any]] | None,
     machine_deployments: Iterable[Mapping[str, Any]] | None,
+    machine_pools: Iterable[Mapping[str, Any]] | None = None,
 ) -> tuple[Node, ...] | None:
     """Every shape the listed autoscaler objects can create; None when none was read (each
     argument None: that kind is not known or not installed) or when one object cannot be
     told (see the parsers). A tuple, even empty, means the cluster's autoscaling was read."""
-    if node_pools is None and machine_sets is None and machine_deployments is None:
+    groups = (machine_sets, machine_deployments, machine_pools)
+    if node_pools is None and all(g is None for g in groups):
         return None
     out: list[Node] = []
     for objects, parse in (
         (node_pools, node_pool_shapes),
         (machine_sets, machine_group_shapes),
         (machine_deployments, machine_group_shapes),
+        (machine_pools, machine_group_shapes),
     ):
         for obj in objects or ():
             shapes = parse(obj) if isinstance(obj, Mapping) else None

@@ -4,8 +4,9 @@ Used by the offline audit, the tests and `make run`; the format is documented in
 `examples/cluster-snapshot.yaml`. ConfigMaps and Secrets are optional sections: without one,
 that kind is unknown (`None` in the facts), which the isolation rules read differently from
 "known, and no such key". So are the autoscaler sections (`nodePools`, `machineSets`,
-`machineDeployments`, objects as `kubectl get -o yaml` prints them): with none of them the
-cluster's provisioning is unknown; with any of them, what they list is all it can create.
+`machineDeployments`, `machinePools`, objects as `kubectl get -o yaml` prints them): with none
+of them the cluster's provisioning is unknown; with any of them, what they list is all it can
+create.
 DRA objects (`deviceClasses`, `resourceClaimTemplates`, `resourceClaims`, whole, as the API
 returns them) are optional per kind too: a section left out is unknown, `[]` known and empty.
 KServe's runtimes (`servingRuntimes`, each with its metadata.namespace, and
@@ -124,10 +125,12 @@ class SnapshotFile(_Model):
     config_maps: list[_ConfigMapDoc] | None = None
     secrets: list[_SecretDoc] | None = None
     # Autoscaler objects whole, as the API returns them (karpenter.sh/v1 NodePool,
-    # cluster.x-k8s.io MachineSet / MachineDeployment); read by `webhook.facts.provisioning`.
+    # cluster.x-k8s.io MachineSet / MachineDeployment / MachinePool); read by
+    # `webhook.facts.provisioning`.
     node_pools: list[dict[str, Any]] | None = None
     machine_sets: list[dict[str, Any]] | None = None
     machine_deployments: list[dict[str, Any]] | None = None
+    machine_pools: list[dict[str, Any]] | None = None
     # DRA objects whole (resource.k8s.io/v1 DeviceClass, ResourceClaimTemplate, ResourceClaim;
     # v1beta1 request shapes are read too); read by `webhook.facts.dra`.
     device_classes: list[dict[str, Any]] | None = None
@@ -310,7 +313,7 @@ def snapshot_from_doc(doc: SnapshotFile) -> StaticSnapshot:
         dra_cache=_dra(doc),
         serving_runtimes=_serving_runtimes(doc),
         provisionable=provisionable_shapes(
-            doc.node_pools, doc.machine_sets, doc.machine_deployments
+            doc.node_pools, doc.machine_sets, doc.machine_deployments, doc.machine_pools
         ),
     )
 
