@@ -40,6 +40,8 @@ PATHS = {
     "machinesets": "/apis/cluster.x-k8s.io/v1beta1/machinesets",
     "machinedeployments": "/apis/cluster.x-k8s.io/v1beta1/machinedeployments",
     "machinepools": "/apis/cluster.x-k8s.io/v1beta1/machinepools",
+    # mpi-operator v2 serves MPIJob as v2beta1 only (the live audit tries v1 first)
+    "mpijobs": "/apis/kubeflow.org/v2beta1/mpijobs",
     "deviceclasses": "/apis/resource.k8s.io/v1/deviceclasses",
     "resourceclaimtemplates": "/apis/resource.k8s.io/v1/resourceclaimtemplates",
     "resourceclaims": "/apis/resource.k8s.io/v1/resourceclaims",
@@ -63,6 +65,7 @@ KIND_NAMES = {
     "machinesets": ("cluster.x-k8s.io/v1beta1", "MachineSet"),
     "machinedeployments": ("cluster.x-k8s.io/v1beta1", "MachineDeployment"),
     "machinepools": ("cluster.x-k8s.io/v1beta1", "MachinePool"),
+    "mpijobs": ("kubeflow.org/v2beta1", "MPIJob"),
     "deviceclasses": ("resource.k8s.io/v1", "DeviceClass"),
     "resourceclaimtemplates": ("resource.k8s.io/v1", "ResourceClaimTemplate"),
     "resourceclaims": ("resource.k8s.io/v1", "ResourceClaim"),
@@ -73,7 +76,7 @@ KIND_NAMES = {
 NAMESPACED = {
     "pods", "resourcequotas", "configmaps", "deployments", "statefulsets", "daemonsets",
     "replicasets", "jobs", "cronjobs", "machinesets", "machinedeployments",
-    "machinepools",
+    "machinepools", "mpijobs",
     "resourceclaimtemplates", "resourceclaims", "servingruntimes",
 }  # fmt: skip
 

@@ -138,13 +138,20 @@ def _runtime(name: str, gpus: str, ns: str | None = "ml-team") -> dict[str, Any]
                                        "containers": [container]}}  # fmt: skip
 
 
-def test_crd_workload_kinds_the_cluster_serves_are_audited_and_absent_ones_skipped(
+def test_crd_workload_kinds_the_cluster_serves_are_audited_in_a_served_version(
     cluster: Path, server: FakeApiServer
 ) -> None:
     # ServingRuntimes are served by the fake apiserver; RayClusters, TrainJobs... answer 404,
     # as on a cluster without those CRDs, and are skipped without failing the audit.
     server.put("servingruntimes", _runtime("half-runtime", "0.5"))
     server.put("clusterservingruntimes", _runtime("shared-runtime", "1", ns=None))
+    mpi = {
+        "metadata": {"name": "half-mpi", "namespace": "ml-team"},
+        "spec": {"mpiReplicaSpecs": {"Worker": {"replicas": 2, "template": {"spec": {
+            "containers": [{"name": "w", "image": "mpi:1",
+                            "resources": {"limits": {"nvidia.com/gpu": "0.5"}}}]}}}}},
+    }  # fmt: skip
+    server.put("mpijobs", mpi)  # served as v2beta1 only: found after v1 answers 404
     result = run("--cluster", "--kubeconfig", str(cluster), "-o", "json")
     assert result.returncode == 1, result.stderr
     by_name = {r["name"]: r for r in json.loads(result.stdout)["results"]}
@@ -153,6 +160,7 @@ def test_crd_workload_kinds_the_cluster_serves_are_audited_and_absent_ones_skipp
     assert by_name["shared-runtime"]["kind"] == "ClusterServingRuntime"
     assert by_name["shared-runtime"]["namespace"] == ""  # judged under no namespace's rules
     assert by_name["shared-runtime"]["allowed"]
+    assert by_name["half-mpi"]["kind"] == "MPIJob" and not by_name["half-mpi"]["allowed"]
     # Limited to one namespace: a cluster-scoped runtime belongs to none.
     result = run("--cluster", "--kubeconfig", str(cluster), "-o", "json", "--namespace", "ml-team")
     names = {r["name"] for r in json.loads(result.stdout)["results"]}

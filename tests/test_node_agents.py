@@ -161,8 +161,18 @@ def test_a_node_agent_that_can_reach_gpu_nodes_is_denied_not_silently_given_void
     assert "exemptions.namespaces: [monitoring]" in decision.message()
 
     plain = daemonset({"tolerations": gpu_taint, "containers": [container("log", "fluent:3")]})
-    decision = evaluate(subject_for(plain, namespace="monitoring"), RULES, None)
-    assert decision.allowed
-    assert [op["value"] for op in decision.patch] == [
-        [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]
-    ]
+    # A CSI node plugin registers through the kubelet's plugin directories too, but nothing
+    # says GPU: it gets `void` like any pod that can reach GPU nodes.
+    csi = daemonset(
+        {
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [container("registrar", "registry.k8s.io/sig-storage/csi-node:2")],
+            "volumes": [host("reg", "/var/lib/kubelet/plugins_registry")],
+        }
+    )
+    for obj in (plain, csi):
+        decision = evaluate(subject_for(obj, namespace="monitoring"), RULES, None)
+        assert decision.allowed, decision.message()
+        assert [op["value"] for op in decision.patch] == [
+            [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]
+        ]

@@ -239,9 +239,38 @@ def test_a_gpu_resource_pattern_of_any_shape_is_selected_as_the_engine_matches_i
         ("vendor.io/agpu", True),
         ("vendor.io/cgpu", False),
     ]:
-        pod = {"spec": {"containers": [{"name": "c", "resources": {"limits": {name: "1"}}}]}}
+        container = {"name": "c", "resources": {"limits": {name: "1"}}}
+        pod = {"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [container]}}
         assert rules.base.is_gpu(name) is chosen
         assert _selects(condition, pod) is chosen, name
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"model": "llama-3", "worker": 4, "template": "x", "tasks": {"a": 1}},  # other kinds' paths
+        {"server": "x", "shards": {"router": {"template": {}}}},  # a map where a list is declared
+        {"server": {"template": ["x"]}, "shards": ["x", 1, None, {"template": 7}]},
+        {"server": {"template": {"spec": {"containers": ["x", 1], "model": "llama"}}}},
+    ],
+)
+def test_the_condition_never_fails_on_a_field_of_another_shape(spec: dict[str, Any]) -> None:
+    """An evaluation error counts as a webhook failure, and the validating webhook fails
+    closed: a declared CRD whose fields do not look like another kind's paths, or like its own
+    declaration, is simply not selected."""
+    rules = compile_rules(RuleSet.model_validate({"workloads": [DECLARED]}))
+    obj = {"apiVersion": "serving.example.com/v1", "kind": "ModelServer", "spec": spec}
+    assert _selects(gpu_workload_condition(rules), obj) is False
+
+
+def test_a_path_is_read_only_in_the_kinds_that_declare_it() -> None:
+    condition = gpu_workload_condition(compile_rules(RuleSet()))
+    trainer = {"trainer": {"resourcesPerNode": {"limits": {"nvidia.com/gpu": "1"}}}}
+    as_trainjob = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob"}
+    assert _selects(condition, {**as_trainjob, "spec": trainer})
+    for other in ("trainer.kubeflow.org/v1alpha1", "example.com/v1"):
+        obj = {"apiVersion": other, "kind": "Other", "spec": trainer}
+        assert _selects(condition, obj) is False
 
 
 # --- declarations -----------------------------------------------------------------------------
@@ -261,6 +290,27 @@ def test_a_gpu_resource_pattern_of_any_shape_is_selected_as_the_engine_matches_i
 def test_a_bad_path_is_refused_at_load_naming_it(path: str, problem: str) -> None:
     with pytest.raises(ValidationError, match=problem):
         WorkloadKind.model_validate({**DECLARED, "podTemplates": [path]})
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("group", "*"),
+        ("group", "Example.com"),
+        ("group", "example.com/v1"),
+        ("versions", ["v1]\n  - x"]),
+        ("versions", ["1"]),
+        ("versions", []),
+        ("resource", "ModelServers"),
+        ("kind", "modelServer"),
+    ],
+)
+def test_names_that_would_not_be_valid_in_a_webhook_rule_are_refused(
+    field: str, value: Any
+) -> None:
+    # They are written into the generated webhook configurations as they are.
+    with pytest.raises(ValidationError):
+        WorkloadKind.model_validate({**DECLARED, field: value})
 
 
 def test_a_declaration_must_say_where_its_pods_are() -> None:

@@ -105,35 +105,40 @@ def _custom_workloads(
 ) -> Iterator[tuple[str, list[dict[str, Any]]]]:
     """Pages of every CRD kind the workload table knows; a kind not installed is skipped.
 
-    The first listed version is read (the webhook rules list the versions they accept, and
-    the apiserver converts between served versions). Cluster-scoped kinds belong to no
-    namespace: read only when the audit is not limited to one.
+    Its versions are tried in the order declared until one is served (mpi-operator v2 serves
+    MPIJob only as v2beta1): the apiserver converts between the versions it serves, so one is
+    enough. Cluster-scoped kinds belong to no namespace: read only when the audit is not
+    limited to one.
     """
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
     api = client.CustomObjectsApi(api_client)
     for w in table.kinds:
-        if w.group in BUILTIN_GROUPS:
+        if w.group in BUILTIN_GROUPS or (namespace and w.cluster_scoped):
             continue
         d = w.declared
-        if namespace and w.cluster_scoped:
-            continue
-        args: dict[str, Any] = {"group": d.group, "version": d.versions[0], "plural": d.resource}
-        if namespace:
-            fn: Any = api.list_namespaced_custom_object
-            args["namespace"] = namespace
-        else:
-            fn = api.list_cluster_custom_object
-        try:
-            for items, _ in pages(fn, page_size, **args):
-                for obj in items:
-                    obj.setdefault("apiVersion", f"{d.group}/{d.versions[0]}")
-                    obj.setdefault("kind", d.kind)
-                yield d.kind, items
-        except ApiException as exc:
-            if exc.status != 404:  # 404: the CRD is not installed here
+        for version in d.versions:
+            args: dict[str, Any] = {"group": d.group, "version": version, "plural": d.resource}
+            if namespace:
+                fn: Any = api.list_namespaced_custom_object
+                args["namespace"] = namespace
+            else:
+                fn = api.list_cluster_custom_object
+            listed = False
+            try:
+                for items, _ in pages(fn, page_size, **args):
+                    listed = True
+                    for obj in items:
+                        obj.setdefault("apiVersion", f"{d.group}/{version}")
+                        obj.setdefault("kind", d.kind)
+                    yield d.kind, items
+            except ApiException as exc:
+                # 404 on the first page: this version, or the whole CRD, is not served here.
+                if exc.status == 404 and not listed:
+                    continue
                 raise
+            break
 
 
 @dataclass

@@ -178,13 +178,18 @@ def new_devices(pod: PodView, ctx: Context) -> list[NewDevices]:
     dra = ctx.facts.dra if ctx.facts is not None else None
     if dra is None or not pod.resource_claims:
         return []
+    # Who uses each claim, built once: a pod may hold thousands of claims and containers.
+    using: dict[str, list[str]] = {}
+    for c in pod.containers:
+        for n in dict.fromkeys(n for n, _ in c.claims):
+            using.setdefault(n, []).append(c.name)
     out = []
     for claim in pod.resource_claims:
         name, template, _ = claim
         spec = _spec(claim, dra) if template else None
         if not spec:
             continue
-        users = tuple(c.name for c in pod.containers if any(n == name for n, _ in c.claims))
+        users = tuple(using.get(name, ()))
         for i, request in enumerate(spec):
             largest: dict[str, int | None] = {}
             for alt in request.alternatives:

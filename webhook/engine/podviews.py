@@ -215,6 +215,9 @@ class PodView:
     # when created); shm false, a controller merges it over a base with its own /dev/shm.
     mutable: bool = True
     shm: bool = True
+    # A runtime other objects are merged into: a container asking no GPU here may get one
+    # from them (no NVIDIA_VISIBLE_DEVICES=void, no toleration-without-GPU warning).
+    runtime: bool = False
     # DRA: (name, resourceClaimTemplateName, resourceClaimName) of each spec.resourceClaims.
     resource_claims: tuple[tuple[str, str, str], ...] = ()
 
@@ -435,6 +438,7 @@ def pod_views(
                     replicas=replicas,
                     mutable=workload.mutate,
                     shm=workload.shm,
+                    runtime=workload.runtime,
                     resource_claims=_pod_claims(
                         spec.get("resourceClaims"), f"{spec_path}.resourceClaims"
                     ),

@@ -42,6 +42,10 @@ class Workload:
         return self.declared.shm
 
     @property
+    def runtime(self) -> bool:
+        return self.declared.runtime
+
+    @property
     def cluster_scoped(self) -> bool:
         return self.declared.scope == "Cluster"
 

@@ -79,11 +79,14 @@ _K = TypeVar("_K", bound=Hashable)
 
 
 def _select(root: str, fields: Iterable[str]) -> tuple[str, list[str]]:
-    """`root.a.b` and the has() guards that make reading it safe."""
+    """`root.a.b` and the guards that make reading it safe: each step is an object that has
+    the next field (a CRD may keep a string or a number where another kind keeps an object,
+    and an evaluation error counts as a webhook failure)."""
     expr, guards = root, []
     for f in fields:
+        shape = "" if expr == "object" else f"type({expr}) == map && "
+        guards.append(f"{shape}has({expr}.{f})")
         expr = f"{expr}.{f}"
-        guards.append(f"has({expr})")
     return expr, guards
 
 
@@ -95,7 +98,30 @@ def _wrap(parts: list[str], joiner: str, indent: str) -> str:
     return f"\n{indent}{joiner.lstrip()}".join(parts)
 
 
-def _collect(segments: tuple[str, ...], root: str = "object") -> str:
+def _kind_test(workloads: Iterable[Workload]) -> str:
+    """True for objects of these kinds: a path is only read in the kinds that declare it."""
+    by_group: dict[str, list[str]] = {}
+    for w in workloads:
+        by_group.setdefault(w.group, []).append(w.kind)
+    parts = []
+    for group, kinds in by_group.items():
+        version = (
+            "object.apiVersion == 'v1'"
+            if not group
+            else f"object.apiVersion.startsWith({_q(group + '/')})"
+        )
+        kind = (
+            f"object.kind == {_q(kinds[0])}"
+            if len(kinds) == 1
+            else f"object.kind in {_list(kinds)}"
+        )
+        parts.append(f"{version} && {kind}")
+    return parts[0] if len(parts) == 1 else "\n    || ".join(f"({p})" for p in parts)
+
+
+def _collect(
+    segments: tuple[str, ...], kinds: list[str] | tuple[str, ...] = (), root: str = "object"
+) -> str:
     """A CEL list of what the path reaches in `root` ([] where the object has no such field).
 
     Multi-line for long paths; lines after the first are indented by four spaces.
@@ -103,31 +129,37 @@ def _collect(segments: tuple[str, ...], root: str = "object") -> str:
     wild = next((i for i, s in enumerate(segments) if s in (LIST_ITEMS, MAP_VALUES)), None)
     if wild is None:
         value, guards = _select(root, segments)
+        guards = [*kinds, *guards, f"type({value}) == map"]
         return f"{_wrap(guards, ' && ', '    ')}\n    ? [{value}] : []"
     outer, guards = _select(root, segments[:wild])
     rest = segments[wild + 1 :]
     if segments[wild] == LIST_ITEMS:
+        guards = [*kinds, *guards, f"type({outer}) == list"]
         item, inner = _select("x", rest)
-        picked = (
-            f"{outer}\n      .filter(x, {_wrap(inner, ' && ', '        ')})\n      .map(x, {item})"
-            if rest
-            else outer
-        )
+        inner = [*inner, f"type({item}) == map"] if rest else ["type(x) == map"]
+        cond = _wrap(inner, " && ", "        ")
+        picked = f"{outer}\n      .filter(x, {cond})\n      .map(x, {item})"
     else:  # a map: its keys are iterated, its values read through them
+        guards = [*kinds, *guards, f"type({outer}) == map"]
         item, inner = _select(f"{outer}[k]", rest)
-        cond = _wrap(inner, " && ", "        ") or "true"
+        inner = [*inner, f"type({item}) == map"]
+        cond = _wrap(inner, " && ", "        ")
         picked = f"{outer}\n      .filter(k, {cond})\n      .map(k, {item})"
     return f"{_wrap(guards, ' && ', '    ')}\n    ? {picked}\n    : []"
 
 
-def _by_path(paths: Iterator[tuple[Workload, _K]]) -> dict[_K, list[str]]:
-    """Each path once, with the kinds that keep pod specs there (for the comments)."""
-    out: dict[_K, list[str]] = {}
+def _by_path(paths: Iterator[tuple[Workload, _K]]) -> dict[_K, list[Workload]]:
+    """Each path once, with the kinds that keep pod specs there."""
+    out: dict[_K, list[Workload]] = {}
     for workload, path in paths:
         kinds = out.setdefault(path, [])
-        if workload.kind not in kinds:
-            kinds.append(workload.kind)
+        if workload not in kinds:
+            kinds.append(workload)
     return out
+
+
+def _names(kinds: Iterable[Workload]) -> str:
+    return ", ".join(w.kind for w in kinds)
 
 
 # --- what makes a pod spec worth sending ----------------------------------------------------------
@@ -198,7 +230,7 @@ def _pod_test(names: _Names) -> str:
               + (has(p.ephemeralContainers) ? p.ephemeralContainers : [])
               // Keys that hold one container each (KServe's model and framework shortcuts).
               + {inline}.filter(k, k in p).map(k, p[k])
-            ).exists(c, {_container_test("resources", names)})
+            ).filter(c, type(c) == map).exists(c, {_container_test("resources", names)})
             // (c) a hostPath volume holding GPU device nodes or a directory above them
             //     (host-gpu-devices.paths; /proc/1/root is the host's /). A path with '//' or
             //     '/.' goes too: the webhook normalizes it before matching.
@@ -236,13 +268,15 @@ def gpu_workload_condition(rules: CompiledRuleSet) -> str:
     names = _Names(rules)
     specs = _by_path((w, p) for w in table.kinds for p in w.spec_paths)
     lists = ",\n".join(
-        f"  // {', '.join(kinds)}\n  " + _collect(path).replace("\n", "\n  ")
+        f"  // {_names(kinds)}\n  "
+        + _collect(path, [f"({_kind_test(kinds)})"]).replace("\n", "\n  ")
         for path, kinds in specs.items()
     )
-    expr = f"""// 1. The pod specs in the object, at every path the workload table knows (the kinds
-//    in webhook/ruleset/workloads.py and the rule set's `workloads:`); a path the object
-//    does not have adds an empty list. CEL has no flatten: a list of lists.
-[
+    expr = f"""// 1. The pod specs in the object, at every path of its kind in the workload table
+//    (webhook/ruleset/workloads.py and the rule set's `workloads:`); a path the object
+//    does not have, or of another shape, adds an empty list. CEL has no flatten: a list
+//    of lists.
+has(object.kind) && has(object.apiVersion) && ([
 {lists}
 ]
 // 2. Does any pod spec need gpu-admission?
@@ -250,10 +284,11 @@ def gpu_workload_condition(rules: CompiledRuleSet) -> str:
 ))"""
     lone = _by_path((w, where) for w in table.kinds for where in w.container_paths)
     for (path, key), kinds in lone.items():
+        collect = _collect(path, [f"({_kind_test(kinds)})"])
         expr += f"""
-// 3. {", ".join(kinds)}: a container outside any pod spec, its resources under `{key}`
-|| ({_collect(path)}).exists(c, {_container_test(key, names)})"""
-    return expr
+// 3. {_names(kinds)}: a container outside any pod spec, its resources under `{key}`
+|| ({collect}).exists(c, {_container_test(key, names)})"""
+    return expr + ")"
 
 
 # --- the two configurations -----------------------------------------------------------------------

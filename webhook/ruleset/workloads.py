@@ -13,7 +13,7 @@ a lone `*` every value of a map (Kubeflow's `pytorchReplicaSpecs: {Master: ..., 
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -32,6 +32,8 @@ LIST_ITEMS = "[*]"
 MAP_VALUES = "*"
 _FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _RESOURCE = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+_GROUP = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$"
+_VERSION = r"^v[1-9][0-9]*((alpha|beta)[1-9][0-9]*)?$"
 
 
 def parse_path(path: str) -> tuple[str, ...]:
@@ -83,10 +85,11 @@ class ContainerPath(StrictModel):
 class WorkloadKind(StrictModel):
     """A kind whose objects carry pod specs: where they are, and how the webhook is told."""
 
-    group: str = ""  # API group; "" is the core group
-    kind: str = Field(min_length=1, pattern=r"^[A-Z][A-Za-z0-9]*$")
-    resource: str = Field(pattern=_RESOURCE)  # plural, for the webhooks' rules and the audit
-    versions: list[str] = Field(min_length=1)
+    # API group ("" is the core group): a DNS subdomain, as the apiserver requires.
+    group: str = Field(default="", pattern=_GROUP, max_length=253)
+    kind: str = Field(min_length=1, max_length=63, pattern=r"^[A-Z][A-Za-z0-9]*$")
+    resource: str = Field(pattern=_RESOURCE, max_length=63)  # plural, for webhook rules, audit
+    versions: list[Annotated[str, Field(pattern=_VERSION)]] = Field(min_length=1)
     scope: Literal["Namespaced", "Cluster"] = "Namespaced"
     pod_specs: list[str] = Field(default_factory=list)  # paths to a PodSpec
     pod_templates: list[str] = Field(default_factory=list)  # paths to a PodTemplateSpec
@@ -100,6 +103,11 @@ class WorkloadKind(StrictModel):
     # false: the controller merges these pod specs over a base that brings its own /dev/shm
     # (KServe's LLMInferenceServiceConfig): a volume added here would replace it.
     shm: bool = True
+    # true: a runtime other objects are merged into (KServe's ServingRuntime, Kubeflow's
+    # TrainingRuntime): a container asking no GPU here may get one from the object merged in,
+    # so it gets no NVIDIA_VISIBLE_DEVICES=void (which would hide that GPU), and a GPU
+    # toleration without a GPU here is no mistake.
+    runtime: bool = False
 
     _paths = field_validator("pod_specs", "pod_templates")(_check_paths)
 
@@ -180,12 +188,15 @@ BUILTIN_WORKLOADS: tuple[WorkloadKind, ...] = (
     _kind("kubeflow.org", "JAXJob", "jaxjobs", ["v1"], **_replicas("jaxReplicaSpecs")),
     # Kubeflow Trainer v2: the runtimes hold the JobSet template the pods come from; a TrainJob
     # states the trainer's resources per node, judged but not patched (its pods are, when
-    # created, and the runtime is).
+    # created, and the runtime is). A TrainJob's resources and a predictor's model container
+    # are merged into the runtimes' containers: those get no NVIDIA_VISIBLE_DEVICES=void.
     _kind("trainer.kubeflow.org", "TrainingRuntime", "trainingruntimes", ["v1alpha1"],
-          podTemplates=["spec.template.spec.replicatedJobs[*].template.spec.template"]),
+          podTemplates=["spec.template.spec.replicatedJobs[*].template.spec.template"],
+          runtime=True),
     _kind("trainer.kubeflow.org", "ClusterTrainingRuntime", "clustertrainingruntimes",
           ["v1alpha1"], scope="Cluster",
-          podTemplates=["spec.template.spec.replicatedJobs[*].template.spec.template"]),
+          podTemplates=["spec.template.spec.replicatedJobs[*].template.spec.template"],
+          runtime=True),
     _kind("trainer.kubeflow.org", "TrainJob", "trainjobs", ["v1alpha1"],
           containers=[{"path": "spec.trainer", "resources": "resourcesPerNode"}],
           replicas="spec.trainer.numNodes", mutate=False),
@@ -196,9 +207,9 @@ BUILTIN_WORKLOADS: tuple[WorkloadKind, ...] = (
                     "spec.explainer"],
           inlineContainers=_KSERVE_INLINE),
     _kind("serving.kserve.io", "ServingRuntime", "servingruntimes", ["v1alpha1"],
-          podSpecs=["spec", "spec.workerSpec"]),
+          podSpecs=["spec", "spec.workerSpec"], runtime=True),
     _kind("serving.kserve.io", "ClusterServingRuntime", "clusterservingruntimes", ["v1alpha1"],
-          scope="Cluster", podSpecs=["spec", "spec.workerSpec"]),
+          scope="Cluster", podSpecs=["spec", "spec.workerSpec"], runtime=True),
     # LLMInferenceService pod specs are merged over LLMInferenceServiceConfig templates that
     # mount their own /dev/shm: a volume added here would replace it.
     _kind("serving.kserve.io", "LLMInferenceService", "llminferenceservices",

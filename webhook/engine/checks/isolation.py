@@ -59,13 +59,17 @@ SYSTEM = (
 # metrics exporter) read; or when a container name, an image or a label value carries the
 # name of a well-known one (NVIDIA's k8s-device-plugin, GPU Feature Discovery, dcgm-exporter,
 # container toolkit, driver, MIG manager, DRA driver; NFD; AMD's device plugin, node labeller
-# and metrics exporter; Intel's GPU plugin and XPU manager). The guess only changes the advice
-# in a denial, never the verdict, so names the author chose are good enough to go by.
+# and metrics exporter; Intel's GPU plugin and XPU manager). The guess changes the advice in a
+# denial, so names the author chose are good enough to go by. Only GPU evidence (the
+# device-plugin or pod-resources sockets, or a GPU agent's name; not the CSI/DRA plugin
+# directories every storage driver mounts) also keeps NVIDIA_VISIBLE_DEVICES=void off it:
+# `void` would leave a device plugin or GPU monitor seeing no GPU, silently, so such a pod is
+# denied with the exemption to add instead (`gpu_agent`).
+GPU_SOCKET_DIRS = ("/var/lib/kubelet/device-plugins", "/var/lib/kubelet/pod-resources")
 KUBELET_SOCKET_DIRS = (
-    "/var/lib/kubelet/device-plugins",
+    *GPU_SOCKET_DIRS,
     "/var/lib/kubelet/plugins_registry",
     "/var/lib/kubelet/plugins",
-    "/var/lib/kubelet/pod-resources",
 )
 AGENT_NAMES = (
     "device-plugin", "deviceplugin", "gpu-plugin", "dra-driver", "feature-discovery",
@@ -75,7 +79,7 @@ AGENT_NAMES = (
 )  # fmt: skip
 
 
-def node_agent(pod: PodView) -> str | None:
+def node_agent(pod: PodView, dirs: tuple[str, ...] = KUBELET_SOCKET_DIRS) -> str | None:
     """Why the pod looks like a device plugin or node agent (for the message), or None."""
     if pod.kind != "DaemonSet" and "DaemonSet" not in pod.owner_kinds:
         return None
@@ -85,7 +89,7 @@ def node_agent(pod: PodView) -> str | None:
         if not isinstance(path, str):
             continue
         host = normalise(path)
-        if any(host == d or host.startswith(d + "/") for d in KUBELET_SOCKET_DIRS):
+        if any(host == d or host.startswith(d + "/") for d in dirs):
             return f"it mounts {host}"
     named = [(f"image {c.raw.get('image')!r}", c.raw.get("image")) for c in pod.containers]
     named += [(f"container {c.name!r}", c.name) for c in pod.containers]
@@ -94,6 +98,11 @@ def node_agent(pod: PodView) -> str | None:
         if isinstance(text, str) and any(n in text.lower() for n in AGENT_NAMES):
             return f"its {shown}"
     return None
+
+
+def gpu_agent(pod: PodView) -> str | None:
+    """Why the pod looks like a GPU device plugin or GPU monitor, on GPU evidence only."""
+    return node_agent(pod, GPU_SOCKET_DIRS)
 
 
 def _exemption(pod: PodView, ctx: Context, why: str) -> str:
@@ -238,7 +247,9 @@ def visible_devices(pod: PodView, ctx: Context) -> Iterator[Finding]:
                 shown_allowed,
                 advisory=not definite and cfg.when_unknown == "allow",
             )
-        elif not c.asks_gpu:
+        elif not c.asks_gpu and pod.mutable and not pod.runtime:
+            # Left to the image. Not where `void` is never added: kinds judged but not patched
+            # (their pods get it when created) and runtimes others are merged over.
             yield Finding(
                 rule="visible-devices",
                 summary=(
@@ -249,9 +260,8 @@ def visible_devices(pod: PodView, ctx: Context) -> Iterator[Finding]:
                 fix=_fix(
                     pod,
                     ctx,
-                    f"add {{name: {VISIBLE_DEVICES}, value: {HIDDEN}}} to {c.field_path}.env "
-                    "(gpu-admission's mutating webhook adds it when it runs), or ask for a GPU "
-                    "in resources.limits if the container needs one",
+                    f"add {{name: {VISIBLE_DEVICES}, value: {HIDDEN}}} to {c.field_path}.env, "
+                    "or ask for a GPU in resources.limits if the container needs one",
                     system=False,
                 ),
                 field=f"{c.field_path}.env",
@@ -305,7 +315,7 @@ def hide_devices(spec: dict[str, Any], pod: PodView, ctx: Context) -> bool:
     Not in a pod that looks like a device plugin or node agent: `void` would break it
     silently (it needs every GPU its image exposes); the validation denies it instead, with
     the exemption that lets it run."""
-    if not can_reach_gpu_nodes(pod, ctx) or node_agent(pod) is not None:
+    if pod.runtime or not can_reach_gpu_nodes(pod, ctx) or gpu_agent(pod) is not None:
         return False
     changed = False
     for c in _judged(pod):

@@ -67,9 +67,10 @@ def toleration_without_gpu(pod: PodView, ctx: Context) -> Iterator[Finding]:
 
     DaemonSet pods (node agents, exporters) are meant to run everywhere, and a keyless `Exists`
     toleration is the deliberate "run on every node" idiom: neither is reported. Nor is a pod
-    with DRA claims that may hand out GPUs (a template or class the facts do not show).
+    with DRA claims that may hand out GPUs (a template or class the facts do not show), nor a
+    runtime whose GPUs come from the objects merged into it (a ServingRuntime's predictors).
     """
-    if pod.asks_gpu or "DaemonSet" in pod.owner_kinds:
+    if pod.asks_gpu or pod.runtime or "DaemonSet" in pod.owner_kinds:
         return
     if pod.resource_claims and claims.may_ask_gpu(pod, ctx):
         return
