@@ -46,6 +46,18 @@ def post_once(port: int, ca: Path, path: str, body: bytes) -> tuple[int, bytes]:
         conn.close()
 
 
+def get_json(port: int, ca: Path, path: str) -> Any:
+    """A GET outside the load (the stage totals of `serve --profile-stages`)."""
+    conn = http.client.HTTPSConnection(
+        "127.0.0.1", port, context=ssl_client_context(ca), timeout=REQUEST_TIMEOUT
+    )
+    try:
+        conn.request("GET", path)
+        return orjson.loads(conn.getresponse().read())
+    finally:
+        conn.close()
+
+
 Send = Callable[[bytes], Awaitable[tuple[int, bytes]]]
 
 
@@ -102,7 +114,7 @@ class RawConnection(asyncio.Protocol):
             timer.cancel()
 
 
-def _raw_sender(port: int, ctx: ssl.SSLContext, prefix: bytes, suffix: bytes) -> Send:
+def _raw_sender(port: int, ctx: ssl.SSLContext, parts: list[bytes]) -> Send:
     """A `Send` over its own RawConnection, reconnecting when the server closes it."""
     conn: RawConnection | None = None
 
@@ -114,7 +126,7 @@ def _raw_sender(port: int, ctx: ssl.SSLContext, prefix: bytes, suffix: bytes) ->
                 RawConnection, "127.0.0.1", port, ssl=ctx, server_hostname="127.0.0.1"
             )
         try:
-            return await conn.request(prefix + uid + suffix)
+            return await conn.request(uid.join(parts))
         except BaseException:
             if conn.transport is not None:
                 conn.transport.abort()
@@ -127,12 +139,13 @@ def _raw_sender(port: int, ctx: ssl.SSLContext, prefix: bytes, suffix: bytes) ->
 async def _drive(spec: dict[str, Any], t_start: float, t_end: float) -> dict[str, Any]:
     """N workers, each on one keep-alive connection; requests ending in [t_start, t_end) count.
 
-    Lean on purpose (pre-encoded body halves, uid spliced in as bytes, no cookie jar, orjson):
+    Lean on purpose (pre-encoded body parts, the uid spliced in as bytes at every UID_MARK, so
+    a scenario may also make names unique with it; no cookie jar, orjson):
     the client shares the machine with the server and must not be the thing measured.
     """
     import aiohttp
 
-    head, tail_ = spec["body"].encode().split(UID_MARK.encode())
+    parts = spec["body"].encode().split(UID_MARK.encode())
     port: int = spec["port"]
     path: str = spec["path"]
     check_uid: bool = spec["check_uid"]
@@ -179,13 +192,15 @@ async def _drive(spec: dict[str, Any], t_start: float, t_end: float) -> dict[str
                 latencies.append(t1 - t0)
 
     if spec["client"] == "raw":
-        length = len(head) + len(tail_) + len(b"%08x-%04x-4000-8000-%012x" % (0, 0, 0))
+        uid_length = len(b"%08x-%04x-4000-8000-%012x" % (0, 0, 0))
+        length = sum(map(len, parts)) + uid_length * (len(parts) - 1)
         headers = "".join(f"{k}: {v}\r\n" for k, v in APISERVER_HEADERS.items())
         prefix = (
             f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{headers}"
             f"Accept-Encoding: gzip\r\nContent-Length: {length}\r\n\r\n"
-        ).encode() + head
-        senders = [_raw_sender(port, ctx, prefix, tail_) for _ in range(concurrency)]
+        ).encode()
+        parts = [prefix + parts[0], *parts[1:]]
+        senders = [_raw_sender(port, ctx, parts) for _ in range(concurrency)]
         await asyncio.gather(*(worker(w, s) for w, s in enumerate(senders)))
     else:
         url = f"https://127.0.0.1:{port}{path}"
@@ -197,7 +212,7 @@ async def _drive(spec: dict[str, Any], t_start: float, t_end: float) -> dict[str
         ) as session:
 
             async def send(uid: bytes) -> tuple[int, bytes]:
-                async with session.post(url, data=head + uid + tail_) as resp:
+                async with session.post(url, data=uid.join(parts)) as resp:
                     return resp.status, await resp.read()
 
             await asyncio.gather(*(worker(w, send) for w in range(concurrency)))

@@ -43,7 +43,7 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 from children import Processes, free_port, read_line, tail, wait_healthy  # noqa: E402
-from clients import REQUEST_TIMEOUT, post_once, run_client_worker  # noqa: E402
+from clients import REQUEST_TIMEOUT, get_json, post_once, run_client_worker  # noqa: E402
 from cpustat import CLIENT_CORE, SERVER_CORE, CpuSnapshot, rss_mb, wait_quiet  # noqa: E402
 from floor import run_floor_server  # noqa: E402
 from report import (  # noqa: E402
@@ -90,6 +90,8 @@ class Bench:
         check_uid: bool,
     ) -> Result:
         """One timed run: start the clients, sample /proc at window edges, merge results."""
+        profiled = self.args.profile and scenario != "floor"
+        stages_before = get_json(port, self.ca, "/debug/stages") if profiled else None
         if self.args.settle > 0:
             wait_quiet([p.pid for p in self.procs.procs] + [os.getpid()], self.args.settle)
         nclients = min(self.args.clients, concurrency)
@@ -147,6 +149,16 @@ class Bench:
                 self.procs.stop(proc)
         lat = sorted(x for o in outs for x in o["latencies_us"])
         window = min(t_end, max(o["finished"] for o in outs)) - t_start
+        stages = None
+        if stages_before is not None:
+            after_stages = get_json(port, self.ca, "/debug/stages")
+            reviews = after_stages["reviews"] - stages_before["reviews"]
+            stages = {
+                name: 1e6
+                * (after_stages["seconds"][name] - stages_before["seconds"][name])
+                / max(reviews, 1)
+                for name in after_stages["seconds"]
+            }
         return Result(
             scenario=scenario,
             endpoint=endpoint,
@@ -162,6 +174,7 @@ class Bench:
             cores=before.cores_usage(after),
             samples=[s for o in outs for s in o["samples"]],
             capped=any(o["issued"] >= spec["max_requests"] for o in outs),
+            stages=stages,
         )
 
 
@@ -230,8 +243,13 @@ def run_bench(args: argparse.Namespace) -> int:
             bench = Bench(args, ca, procs, CLIENT_CORE if pin else None)
             server_core = SERVER_CORE if pin else None
 
-            floor_port, hook_port = free_port(), free_port()
+            chosen = [sc for sc in SCENARIOS if not args.scenario or sc.name in args.scenario]
+            floor_port, hook_port, facts_port = free_port(), free_port(), free_port()
             floor_err, hook_err = tmp / "floor.stderr", tmp / "webhook.stderr"
+            facts_err = tmp / "webhook-facts.stderr"
+            serve = [cli, "serve", "--host", "127.0.0.1", "--cert", str(cert), "--key", str(key),
+                     "--rules", str(args.rules), "--probe-port", "0",
+                     *(["--profile-stages"] if args.profile else [])]  # fmt: skip
             with floor_err.open("wb") as f_err, hook_err.open("wb") as h_err:
                 floor = procs.start(
                     [sys.executable, str(Path(__file__).resolve()), "--floor-server",
@@ -241,15 +259,26 @@ def run_bench(args: argparse.Namespace) -> int:
                     stdout=subprocess.DEVNULL,
                 )  # fmt: skip
                 hook = procs.start(
-                    [cli, "serve", "--host", "127.0.0.1", "--port", str(hook_port),
-                     "--cert", str(cert), "--key", str(key), "--rules", str(args.rules),
-                     "--probe-port", "0"],
+                    [*serve, "--port", str(hook_port)],
                     server_core,
                     stderr=h_err,
                     stdout=subprocess.DEVNULL,
-                )  # fmt: skip
+                )
+            # Scenarios with cluster facts: the example snapshot, GPU holds on (the default).
+            facts_hook = None
+            if any(sc.facts for sc in chosen):
+                with facts_err.open("wb") as x_err:
+                    facts_hook = procs.start(
+                        [*serve, "--port", str(facts_port), "--cluster-snapshot",
+                         str(REPO / "examples" / "cluster-snapshot.yaml")],
+                        server_core,
+                        stderr=x_err,
+                        stdout=subprocess.DEVNULL,
+                    )  # fmt: skip
             wait_healthy(floor, floor_port, ca, floor_err)
             wait_healthy(hook, hook_port, ca, hook_err)
+            if facts_hook is not None:
+                wait_healthy(facts_hook, facts_port, ca, facts_err)
 
             print(f"gpu-admission load benchmark — {machine()}")
             print(
@@ -257,12 +286,15 @@ def run_bench(args: argparse.Namespace) -> int:
                 f"process(es) pinned to core {bench.client_core}; {args.warmup:g} s warm-up + "
                 f"{args.duration:g} s per run, at most {args.max_requests} requests per run\n"
             )
-            chosen = [sc for sc in SCENARIOS if not args.scenario or sc.name in args.scenario]
             print("Preflight (one request each; what the webhook answers):")
             runs = []
-            for sc, endpoint, template, answer in preflight(hook_port, ca, hook_err, chosen):
-                print(f"  {endpoint:<8} {sc.name:<15} {len(template):5d} B  {describe(answer)}")
-                runs.append((sc.name, endpoint, template))
+            for server, port, err, group in (
+                (hook, hook_port, hook_err, [sc for sc in chosen if not sc.facts]),
+                (facts_hook, facts_port, facts_err, [sc for sc in chosen if sc.facts]),
+            ):
+                for sc, endpoint, template, answer in preflight(port, ca, err, group):
+                    print(f"  {endpoint:<8} {sc.name:<15} {len(template):5d} B  {describe(answer)}")
+                    runs.append((sc.name, endpoint, template, server, port, err))
             print()
 
             # The floor reads the same bytes as the GPU pod /mutate run, whatever is selected.
@@ -274,21 +306,21 @@ def run_bench(args: argparse.Namespace) -> int:
                 )
                 print(report_line(fr))
                 results.append(fr)
-                for name, endpoint, template in runs:
+                for name, endpoint, template, server, port, err in runs:
                     r = bench.run(
-                        hook, hook_port, name, endpoint, template, concurrency, check_uid=True
+                        server, port, name, endpoint, template, concurrency, check_uid=True
                     )
                     r.floor = fr
                     print(report_line(r))
                     results.append(r)
-                    if r.errors or hook.poll() is not None:
+                    if r.errors or server.poll() is not None:
                         print(f"!! {r.errors} failed requests on {endpoint} {name}; first ones:")
                         for s in r.samples:
                             print(f"   {s}")
                         print(f"   request template (uid at {UID_MARK}):\n{template.decode()}")
-                        print(f"   webhook stderr (last lines):\n{tail(hook_err)}")
-                    if hook.poll() is not None:
-                        raise RuntimeError(f"webhook exited with {hook.returncode}")
+                        print(f"   webhook stderr (last lines):\n{tail(err)}")
+                    if server.poll() is not None:
+                        raise RuntimeError(f"webhook exited with {server.returncode}")
                 print()
         except KeyboardInterrupt:
             print("\ninterrupted; stopping every child process", file=sys.stderr)
@@ -347,6 +379,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="before each run, wait up to this many seconds for other processes to go quiet",
     )
     p.add_argument("--rules", type=Path, default=REPO / "rules", help="rules folder to serve")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="serve with --profile-stages and print each run's server µs per request by stage",
+    )
     p.add_argument(
         "--floor-server", nargs=3, metavar=("PORT", "CERT", "KEY"), help=argparse.SUPPRESS
     )

@@ -36,6 +36,13 @@ class Result:
     samples: list[dict[str, Any]] = field(default_factory=list)
     floor: Result | None = None  # the floor run at the same concurrency
     capped: bool = False
+    # --profile: server µs per review by stage (webhook/server/stages.py), from /debug/stages
+    stages: dict[str, float] | None = None
+
+    @property
+    def cpu_us(self) -> float:
+        """Server CPU per answered request, in µs."""
+        return self.server_cpu / 100 / self.rps * 1e6 if self.rps else float("nan")
 
     @property
     def client_bound(self) -> bool:
@@ -88,14 +95,25 @@ def report_line(r: Result) -> str:
         + (f"  {r.pct_floor} of floor" if r.floor else "")
         + ("  STOPPED by --max-requests before the window ended" if r.capped else "")
         + "\n"
-        f"      cpu: server {r.server_cpu:.0f}%, client {r.client_cpu:.0f}%, "
-        f"other processes {r.other_cpu:.0f}% -> {r.bottleneck}  ({cores})"
+        f"      cpu: server {r.server_cpu:.0f}% ({r.cpu_us:.0f} µs/request), client "
+        f"{r.client_cpu:.0f}%, other processes {r.other_cpu:.0f}% -> {r.bottleneck}  ({cores})"
+        + (f"\n      {stage_line(r)}" if r.stages is not None else "")
     )
+
+
+def stage_line(r: Result) -> str:
+    """Server µs per request by stage; what the stages do not cover is aiohttp's HTTP read and
+    write, TLS and the event loop (and, at most a few µs, the stopwatch itself)."""
+    stages = r.stages or {}
+    timed = sum(stages.values())
+    parts = [f"{name} {us:.1f}" for name, us in stages.items() if us >= 0.05]
+    rest = r.cpu_us - timed
+    return f"µs/request: {', '.join(parts)}; HTTP+TLS+loop {rest:.1f} (of {r.cpu_us:.0f})"
 
 
 def markdown(results: list[Result]) -> str:
     head = ["scenario", "endpoint", "concurrency", "req/s", "p50 ms", "p99 ms"]
-    head += ["% of floor", "RSS MB"]
+    head += ["% of floor", "server µs/req", "RSS MB"]
     rows = [
         [
             r.scenario,
@@ -107,12 +125,13 @@ def markdown(results: list[Result]) -> str:
             f"{r.p50_ms:.2f}",
             f"{r.p99_ms:.2f}",
             r.pct_floor,
+            f"{r.cpu_us:.0f}",
             f"{r.rss_mb:.1f}",
         ]
         for r in results
     ]
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
-    numeric = {2, 3, 4, 5, 6, 7}
+    numeric = {2, 3, 4, 5, 6, 7, 8}
 
     def fmt(cells: list[str]) -> str:
         padded = [

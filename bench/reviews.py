@@ -227,6 +227,36 @@ def gpu_pod() -> dict[str, Any]:
     return _rs_pod("vllm-llama-8b-7c9d8f6b5-", labels, VLLM_ANNOTATIONS, _vllm_spec(pod=True))
 
 
+def gpu_pod_unique() -> dict[str, Any]:
+    """The GPU pod with a name and a namespace of its own on every request (the client splices
+    the uid in at each UID_MARK): against cluster facts with holds on, each admitted review
+    adds a hold, as a busy cluster's would, across ever more namespaces."""
+    pod = gpu_pod()
+    meta = pod["metadata"]
+    del meta["generateName"]
+    meta["name"] = f"vllm-{UID_MARK}"
+    meta["namespace"] = f"team-{UID_MARK}"
+    return pod
+
+
+def gpu_pod_20() -> dict[str, Any]:
+    """A pod of 20 containers: 8 GPU workers and 12 CPU sidecars (proxies, log shippers)."""
+    pod = gpu_pod()
+    workers = []
+    for i in range(8):
+        c = _vllm_container(pod=True)
+        c["name"] = f"worker-{i}"
+        workers.append(c)
+    sidecars = []
+    for i in range(12):
+        c = _nginx_container()
+        c["name"] = f"sidecar-{i}"
+        sidecars.append(c)
+    pod["spec"]["containers"] = workers + sidecars
+    pod["spec"]["volumes"].append({"name": "conf", "configMap": {"name": "nginx-conf"}})
+    return pod
+
+
 def plain_pod() -> dict[str, Any]:
     labels = {"app.kubernetes.io/name": "nginx", "pod-template-hash": "6d4cf56db6"}
     annotations = {"kubectl.kubernetes.io/restartedAt": "2024-11-02T10:14:07Z"}
@@ -308,11 +338,16 @@ class Scenario:
     user: str
     groups: list[str]
     endpoints: tuple[str, ...]
+    facts: bool = False  # served by the webhook with the example snapshot and holds on
 
 
 SCENARIOS = (
     Scenario("gpu-pod", gpu_pod, RS_CONTROLLER, SA_GROUPS, ("mutate", "validate")),
+    Scenario(
+        "gpu-pod-facts", gpu_pod_unique, RS_CONTROLLER, SA_GROUPS, ("mutate", "validate"), True
+    ),
     Scenario("gpu-deployment", gpu_deployment, ARGOCD, SA_GROUPS, ("mutate",)),
+    Scenario("gpu-pod-20", gpu_pod_20, RS_CONTROLLER, SA_GROUPS, ("mutate", "validate")),
     Scenario("plain-pod", plain_pod, RS_CONTROLLER, SA_GROUPS, ("mutate", "validate")),
 )
 

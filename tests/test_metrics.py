@@ -50,3 +50,18 @@ def test_shadow_mode_records_what_it_would_have_denied(webhook_with: Any) -> Non
     assert hook.validate(VIOLATION).allowed
     assert metric(hook, "gpu_admission_findings_total", rule="privileged-gpu", verdict="audit") == 1
     assert metric(hook, "gpu_admission_rule_reloads_total", result="loaded") == 1
+
+
+def test_latency_buckets_count_as_prometheus_does_bounds_included() -> None:
+    from webhook.server.metrics import _Tally
+
+    tally = _Tally()
+    for seconds in (0.0005, 0.0007, 2.0):
+        tally.observe("validate", seconds)
+    (histogram,) = [f for f in tally.collect() if f.name == "gpu_admission_request_seconds"]
+    buckets = {s.labels["le"]: s.value for s in histogram.samples if s.name.endswith("_bucket")}
+    assert buckets["0.0005"] == 1  # le: a value on the bound falls in that bucket
+    assert buckets["0.001"] == 2
+    assert buckets["1.0"] == 2 and buckets["+Inf"] == 3
+    (total,) = [s.value for s in histogram.samples if s.name.endswith("_sum")]
+    assert total == 2.0012

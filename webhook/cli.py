@@ -77,6 +77,7 @@ def _serve(args: argparse.Namespace) -> int:
             drain_seconds=args.drain_seconds,
             hold_seconds=args.hold_seconds,
             release_memory=args.release_memory,
+            profile_stages=args.profile_stages,
         )
     except (OSError, ValueError) as exc:
         print(f"gpu-admission: {exc}", file=sys.stderr)
@@ -275,6 +276,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=5.0,
         help="on SIGTERM, fail /readyz and keep serving this long before closing the listener, "
         "so endpoint removal reaches every client (default: 5)",
+    )
+    srv.add_argument(
+        "--profile-stages",
+        action="store_true",
+        help="time every review's stages and serve the totals at GET /debug/stages "
+        "(bench/load.py --profile; costs a little per review)",
     )
     srv.add_argument(
         "--hold-seconds",

@@ -17,7 +17,7 @@ from fractions import Fraction
 
 from webhook.engine.checks import MUTATIONS, VALIDATIONS, Mutation, Validation
 from webhook.engine.decision import Mode
-from webhook.engine.prefilter import markers, might_apply
+from webhook.engine.prefilter import gated, markers, might_apply
 from webhook.engine.workloads import workload_table
 from webhook.facts.model import Node
 from webhook.ruleset.models import QuotaBudget, RuleSet, RuleSettings, TolerationSpec
@@ -128,6 +128,7 @@ class CompiledRuleSet:
         self._by_shape: dict[tuple[int, ...], CompiledRules] = {(): self.base}
         self._shape_of: dict[tuple[str, tuple[tuple[str, str], ...] | None], tuple[int, ...]] = {}
         self.markers = markers(ruleset)
+        self._gated = gated(self.markers)
         # Where each kind keeps its pod specs: shipped kinds and the rule set's own.
         self.workloads = workload_table(ruleset.workloads)
         # The GPU taint keys of the rule set and its overrides, as the fast path knows them.
@@ -140,7 +141,7 @@ class CompiledRuleSet:
 
     def might_apply(self, raw: bytes) -> bool:
         """False when the raw object bytes show that no rule can apply (the fast path)."""
-        return might_apply(raw, self.markers)
+        return might_apply(raw, self._gated)
 
     def exempt_namespace(self, namespace: str, labels: Mapping[str, str] | None) -> bool:
         if self.exempt_namespaces.matches(namespace):

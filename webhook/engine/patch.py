@@ -25,15 +25,7 @@ def clone(value: Any) -> Any:
 
 
 def _copy_container(container: Any) -> Any:
-    if not isinstance(container, dict):
-        return container
-    copied = dict(container)
-    resources = copied.get("resources")
-    if isinstance(resources, dict):
-        copied["resources"] = {
-            k: dict(v) if isinstance(v, dict) else v for k, v in resources.items()
-        }
-    return copied
+    return dict(container) if isinstance(container, dict) else container
 
 
 def working_copy(
@@ -41,9 +33,9 @@ def working_copy(
 ) -> dict[str, Any]:
     """A copy of a pod spec for the mutations to edit.
 
-    The contract for mutations: they may set keys of the spec, of a container and of its
-    `resources` maps in place; anything deeper (a probe, a list) they replace with a new object
-    rather than edit. Subtrees they leave alone stay shared with the original, so copying and
+    The contract for mutations: they may set keys of the spec and of a container in place;
+    anything deeper (a probe, a list, `resources`) they replace with a new object rather than
+    edit. Subtrees they leave alone stay shared with the original, so copying and
     diffing cost what the mutations touched, not the size of the pod. `slots` names containers
     kept outside the three lists (KServe's `model`), which are copied the same way.
     """
@@ -59,6 +51,8 @@ def working_copy(
 
 
 def _escape(key: str) -> str:
+    if "~" not in key and "/" not in key:  # nearly every key: no new string
+        return key
     return key.replace("~", "~0").replace("/", "~1")
 
 

@@ -257,9 +257,18 @@ def _walk(
         yield from _walk(node[head], rest, (*done, head))
 
 
+_NONE: tuple[dict[str, Fraction], dict[str, Any]] = ({}, {})
+
+
 def _gpu_quantities(
-    amounts: dict[str, Any], where: str, is_gpu: Callable[[str], bool]
+    amounts: dict[str, Any],
+    cpath: str,
+    section: str,
+    is_gpu: Callable[[str], bool],
+    key: str = "resources",
 ) -> tuple[dict[str, Fraction], dict[str, Any]]:
+    """The GPU amounts of a container's limits or requests, parsed; shared empty maps (never
+    edited) when it asks none."""
     parsed: dict[str, Fraction] = {}
     raw: dict[str, Any] = {}
     for name, value in amounts.items():
@@ -269,10 +278,11 @@ def _gpu_quantities(
             parsed[name] = parse_quantity(value)
         except QuantityError as exc:
             raise UnreadableObject(
-                f'{where}["{name}"]', f"{exc}; expected a Kubernetes quantity such as 1 or 2"
+                f'{cpath}.{key}.{section}["{name}"]',
+                f"{exc}; expected a Kubernetes quantity such as 1 or 2",
             ) from None
         raw[name] = value
-    return parsed, raw
+    return (parsed, raw) if raw else _NONE
 
 
 def _slots(
@@ -288,6 +298,31 @@ def _slots(
             yield (key,), _mapping(spec[key], f"{spec_path}.{key}"), "", f"{spec_path}.{key}"
 
 
+def _lists_ok(c: dict[str, Any], fields: tuple[str, ...]) -> bool:
+    """Whether each field is absent or a list of objects: the common case, checked without
+    building the field paths a message would need."""
+    for f in fields:
+        value = c.get(f)
+        if value is not None and (
+            type(value) is not list or not all(type(i) is dict for i in value)
+        ):
+            return False
+    return True
+
+
+def _maps_ok(c: dict[str, Any], fields: tuple[str, ...]) -> bool:
+    for f in fields:
+        value = c.get(f)
+        if value is not None and type(value) is not dict:
+            return False
+    return True
+
+
+_CONTAINER_LISTS = ("env", "envFrom", "volumeMounts")
+_CONTAINER_MAPS = ("securityContext", "readinessProbe", "livenessProbe", "startupProbe")
+_RESOURCE_MAPS = ("limits", "requests")
+
+
 def _containers(
     spec: dict[str, Any],
     spec_path: str,
@@ -296,15 +331,25 @@ def _containers(
 ) -> tuple[ContainerView, ...]:
     views: list[ContainerView] = []
     for slot, c, list_name, cpath in _slots(spec, spec_path, inline):
-        for list_field in ("env", "envFrom", "volumeMounts"):
-            _list_of_mappings(c.get(list_field), f"{cpath}.{list_field}")
-        for map_field in ("securityContext", "readinessProbe", "livenessProbe", "startupProbe"):
-            _mapping(c.get(map_field), f"{cpath}.{map_field}")
-        res = _mapping(c.get("resources"), f"{cpath}.resources")
-        limits = _mapping(res.get("limits"), f"{cpath}.resources.limits")
-        requests = _mapping(res.get("requests"), f"{cpath}.resources.requests")
-        gl, rgl = _gpu_quantities(limits, f"{cpath}.resources.limits", is_gpu)
-        gr, rgr = _gpu_quantities(requests, f"{cpath}.resources.requests", is_gpu)
+        # Field paths are built only for a message: most objects are well-formed.
+        if not _lists_ok(c, _CONTAINER_LISTS):
+            for list_field in _CONTAINER_LISTS:
+                _list_of_mappings(c.get(list_field), f"{cpath}.{list_field}")
+        if not _maps_ok(c, _CONTAINER_MAPS):
+            for map_field in _CONTAINER_MAPS:
+                _mapping(c.get(map_field), f"{cpath}.{map_field}")
+        res = c.get("resources")
+        if res is None:
+            res = {}
+        elif type(res) is not dict or not _maps_ok(res, _RESOURCE_MAPS):
+            res = _mapping(res, f"{cpath}.resources")
+            for section in _RESOURCE_MAPS:
+                _mapping(res.get(section), f"{cpath}.resources.{section}")
+        limits = res.get("limits") or {}
+        requests = res.get("requests") or {}
+        gl, rgl = _gpu_quantities(limits, cpath, "limits", is_gpu)
+        gr, rgr = _gpu_quantities(requests, cpath, "requests", is_gpu)
+        claims = res.get("claims")
         name = c.get("name")
         views.append(
             ContainerView(
@@ -320,7 +365,7 @@ def _containers(
                 asks_gpu=any(v > 0 for v in gl.values()) or any(v > 0 for v in gr.values()),
                 sidecar=list_name == "initContainers" and is_sidecar(c),
                 ephemeral=list_name == "ephemeralContainers",
-                claims=_claim_refs(res.get("claims"), f"{cpath}.resources.claims"),
+                claims=_claim_refs(claims, f"{cpath}.resources.claims") if claims else (),
             )
         )
     return tuple(views)
@@ -360,8 +405,9 @@ def _replica_count(obj: dict[str, Any], path: tuple[str, ...] | None) -> int:
 
 
 def _check_pod_fields(spec: dict[str, Any], spec_path: str) -> None:
-    for list_name in ("tolerations", "volumes"):
-        _list_of_mappings(spec.get(list_name), f"{spec_path}.{list_name}")
+    if not _lists_ok(spec, ("tolerations", "volumes")):
+        for list_name in ("tolerations", "volumes"):
+            _list_of_mappings(spec.get(list_name), f"{spec_path}.{list_name}")
     for text_field in ("priorityClassName", "nodeName", "serviceAccountName"):
         value = spec.get(text_field)
         if value is not None and not isinstance(value, str):
@@ -378,8 +424,8 @@ def _lone_container(
     res = _mapping(raw.get(key), f"{where}.{key}")
     limits = _mapping(res.get("limits"), f"{where}.{key}.limits")
     requests = _mapping(res.get("requests"), f"{where}.{key}.requests")
-    gl, rgl = _gpu_quantities(limits, f"{where}.{key}.limits", is_gpu)
-    gr, rgr = _gpu_quantities(requests, f"{where}.{key}.requests", is_gpu)
+    gl, rgl = _gpu_quantities(limits, where, "limits", is_gpu, key)
+    gr, rgr = _gpu_quantities(requests, where, "requests", is_gpu, key)
     _list_of_mappings(raw.get("env"), f"{where}.env")
     return ContainerView(
         raw=raw,

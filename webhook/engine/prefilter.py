@@ -21,7 +21,7 @@ import re
 
 from webhook.ruleset.models import RuleSet
 
-__all__ = ["markers", "might_apply"]
+__all__ = ["Gated", "gated", "markers", "might_apply"]
 
 _ALWAYS = (
     b"NVIDIA_VISIBLE_DEVICES",
@@ -75,15 +75,48 @@ def markers(rules: RuleSet) -> tuple[bytes, ...] | None:
     return tuple(sorted(m for m in found if not any(o != m and o in m for o in found)))
 
 
-def might_apply(raw: bytes, found: tuple[bytes, ...] | None) -> bool:
-    """False only when no rule can have anything to say about this object; `found` is what
-    `markers` gave for the rule set (the compiled rule set keeps it).
+# Substrings several markers share: one scan for the gate rules them all out at once. A marker
+# holds its gate, so a marker can only occur where its gate does.
+_GATES = (b".com/", b"Exists", b".io/", b".ai/")
 
-    A few substring scans (C speed, ~1 µs each for a typical pod) beat one regex alternation
-    (~20 µs); escapes are only looked for when there is a backslash at all (one memchr).
+Gated = tuple[tuple[bytes, tuple[bytes, ...]], ...]
+
+
+def gated(found: tuple[bytes, ...] | None) -> Gated | None:
+    """The markers grouped under the gates they hold, a lone marker its own gate. Groups with
+    a GPU resource domain come first: a GPU object, the common case past this filter, is
+    then told by its first scans."""
+    if found is None:
+        return None
+    groups: dict[bytes, list[bytes]] = {}
+    for marker in found:
+        gate = next((g for g in _GATES if g in marker), marker)
+        groups.setdefault(gate, []).append(marker)
+    order = sorted(groups.items(), key=lambda item: (item[0] != b".com/", item[0]))
+    return tuple((gate, tuple(sorted(ms, key=_likely))) for gate, ms in order)
+
+
+# The GPU vendors' domains, most pods past this filter first: scanned before the other names.
+_LIKELY = (b"nvidia.com/", b"amd.com/", b"gpu.intel.com/")
+
+
+def _likely(marker: bytes) -> tuple[int, bytes]:
+    return (_LIKELY.index(marker) if marker in _LIKELY else len(_LIKELY), marker)
+
+
+def might_apply(raw: bytes, found: Gated | None) -> bool:
+    """False only when no rule can have anything to say about this object; `found` is what
+    `gated(markers(...))` gave for the rule set (the compiled rule set keeps it).
+
+    Substring scans (C speed, ~1 µs each for a typical pod) beat one regex alternation
+    (~40 µs), and gates make them few: a plain pod costs one scan per gate, not per marker.
+    Escapes are only looked for when there is a backslash at all (one memchr).
     """
     if found is None:
         return True
     if b"\\" in raw and (_ESCAPES[0] in raw or _ESCAPES[1] in raw):
         return True
-    return any(marker in raw for marker in found)
+    for gate, group in found:
+        if gate in raw and ((len(group) == 1 and group[0] is gate) or any(m in raw for m in group)):
+            return True
+    return False

@@ -16,6 +16,7 @@ from webhook.engine.reach import untainted_gpu_nodes
 from webhook.engine.subject import Subject, subject_for
 from webhook.facts.model import FactsSource
 from webhook.server.review import AdmissionRequest
+from webhook.server.stages import OFF, Watch
 
 __all__ = ["decide", "skipped", "subject_of"]
 
@@ -66,19 +67,26 @@ def decide(
     request: AdmissionRequest,
     rules: CompiledRuleSet,
     source: FactsSource | None = None,
+    watch: Watch = OFF,
 ) -> tuple[Subject | None, Decision | None]:
     """The subject and the engine's decision on it; no decision when the engine need not look
     (skipped, or the fast path), no subject when the object is not JSON."""
     if skipped(request, rules):
         return None, None
-    if not rules.might_apply(request.raw_object) and not (
+    fast = not rules.might_apply(request.raw_object) and not (
         # GPU nodes without a GPU taint the rules name: a pod may land there with no marker in
         # its bytes, so none takes the fast path.
         source is not None and untainted_gpu_nodes(source.node_index(), rules.taint_keys)
-    ):
+    )
+    watch.lap("prefilter")
+    if fast:
         return None, None
     subject = subject_of(request, rules)
+    watch.lap("decode")
     if isinstance(subject, Decision):
         return None, subject
     facts = source.facts_for(subject.namespace) if source is not None else None
-    return subject, evaluate(subject, rules, facts, stage=stage)
+    watch.lap("facts")
+    decision = evaluate(subject, rules, facts, stage=stage)
+    watch.lap("engine")
+    return subject, decision

@@ -34,17 +34,11 @@ from webhook.server.admission import decide, skipped
 from webhook.server.body import Lease, Refused, read_body
 from webhook.server.connections import CUT, Connection
 from webhook.server.limits import MAX_BODY, STATE, Limits, ServerState, map_large_buffers
-from webhook.server.metrics import (
-    CONTENT_TYPE,
-    LATENCY,
-    counted,
-    record,
-    render,
-    watch_cluster_facts,
-)
+from webhook.server.metrics import CONTENT_TYPE, TALLY, record, render, watch_cluster_facts
 from webhook.server.ports import serve_until_signalled
 from webhook.server.reload import RuleHolder
 from webhook.server.review import BadReview, decode, respond
+from webhook.server.stages import OFF, StageTotals
 from webhook.server.tls import make_ssl_context
 
 __all__ = [
@@ -79,6 +73,8 @@ class ClusterSource:
 
 
 CLUSTER = web.AppKey("cluster", ClusterSource)
+# Set when `serve --profile-stages` times each review's stages (webhook/server/stages.py).
+PROFILE = web.AppKey("profile", StageTotals)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -100,7 +96,7 @@ def _guarded(handler: Handler) -> Handler:
         try:
             return await handler(request)
         except BadReview as exc:
-            counted(request.path.strip("/"), "", "error").inc()
+            TALLY.request(request.path.strip("/"), "", "error")
             return _error(400, str(exc))
         except Refused as exc:
             CUT.labels(exc.metric).inc()
@@ -127,7 +123,6 @@ def _guarded(handler: Handler) -> Handler:
 def _review_handler(stage: Stage) -> Handler:
     """One review, read top to bottom: decode, decide, encode once, record once, then hold."""
     endpoint = stage.value
-    latency = LATENCY.labels(endpoint)
 
     async def handle(request: web.Request) -> web.Response:
         app = request.app
@@ -139,17 +134,23 @@ def _review_handler(stage: Stage) -> Handler:
         try:
             body = await read_body(request, state, lease)
             started = time.perf_counter()
+            profile = app.get(PROFILE)
+            watch = profile.start() if profile is not None else OFF
             review = decode(body).request
+            watch.lap("decode")
             source = app[CLUSTER]
-            subject, decision = decide(stage, review, rules, source.facts)
+            subject, decision = decide(stage, review, rules, source.facts, watch)
             answer = respond(review.uid, decision)
+            watch.lap("encode")
             fast = decision is None and not skipped(review, rules)
             record(endpoint, review, subject, decision, fast=fast)
+            TALLY.observe(endpoint, time.perf_counter() - started)
+            watch.lap("metrics")
             # What an admitted pod holds until the watch shows it; never for a dry run.
             hold = decision.hold if decision is not None else None
             if hold is not None and source.reservations is not None and not review.dry_run:
                 source.reservations.hold(hold)
-            latency.observe(time.perf_counter() - started)
+            watch.lap("hold")
         finally:
             lease.release()
         response = web.Response(body=answer, content_type="application/json")
@@ -392,6 +393,7 @@ def serve(
     drain_seconds: float = 5.0,
     hold_seconds: float = 30.0,
     release_memory: bool = True,
+    profile_stages: bool = False,
 ) -> None:
     """Load the rules, then serve until SIGTERM/SIGINT, and drain without cutting a request.
 
@@ -412,6 +414,11 @@ def serve(
         map_large_buffers()
     state = ServerState(limits, release_memory=release_memory)
     app = make_app(holder, source, state=state, probes=probe_port is None)
+    if profile_stages:
+        totals = app[PROFILE] = StageTotals()
+        totals.install()
+        app.router.add_get("/debug/stages", totals.handler)
+        log.warning("timing every review's stages (--profile-stages): GET /debug/stages")
     probe_app = None if probe_port is None else make_probe_app(holder, source, state=state)
     app.cleanup_ctx.append(_cert_reloader(ctx, cert, key, cert_check_seconds))
     app.cleanup_ctx.append(rule_watcher(rules_check_seconds))

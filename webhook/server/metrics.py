@@ -2,16 +2,22 @@
 
 Shadow mode (`audit`) is read back from `gpu_admission_findings_total{verdict="audit"}` and
 from the `gpu-admission.decisions` log. `record` is called once per review.
+
+The per-review metrics (requests, findings, latency) are plain integers on the event loop,
+turned into Prometheus families only when scraped (`_Tally`): a labelled prometheus_client
+child takes a lock and about a microsecond per update, paid on every review; scraping, also
+on the event loop, reads a consistent set.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from functools import lru_cache
-from typing import Any
+from bisect import bisect_left
+from collections.abc import Callable, Iterator
 
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Gauge, generate_latest
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
 
 from webhook.engine.decision import Decision
 from webhook.engine.subject import Subject
@@ -19,11 +25,8 @@ from webhook.server.review import AdmissionRequest
 
 __all__ = [
     "CONTENT_TYPE",
-    "FINDINGS",
-    "LATENCY",
     "RELOADS",
-    "REQUESTS",
-    "counted",
+    "TALLY",
     "record",
     "render",
     "watch_cluster_facts",
@@ -33,22 +36,71 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 decisions = logging.getLogger("gpu-admission.decisions")
 
-REQUESTS = Counter(
-    "gpu_admission_requests_total",
-    "AdmissionReviews answered, by endpoint, kind and result (allowed, denied, patched, error).",
-    ["endpoint", "kind", "result"],
-)
-FINDINGS = Counter(
-    "gpu_admission_findings_total",
-    "Rule findings by rule id and verdict (deny, warn, audit); audit: what shadow mode would deny.",
-    ["rule", "verdict"],
-)
-LATENCY = Histogram(
-    "gpu_admission_request_seconds",
-    "Time to answer one AdmissionReview, body read to response built.",
-    ["endpoint"],
-    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
-)
+BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+
+
+class _Tally(Collector):
+    """Reviews, findings and latency as plain counts, exposed as Prometheus families."""
+
+    def __init__(self) -> None:
+        # (endpoint, kind, result); kinds are the workload table's, "" for a bad body
+        self.requests: dict[tuple[str, str, str], int] = {}
+        self.findings: dict[tuple[str, str], int] = {}  # (rule, verdict)
+        # endpoint -> (count per bucket, the last for > 1 s), and the sum of seconds
+        self.latency: dict[str, list[int]] = {}
+        self.latency_sum: dict[str, float] = {}
+
+    def request(self, endpoint: str, kind: str, result: str) -> None:
+        key = (endpoint, kind, result)
+        self.requests[key] = self.requests.get(key, 0) + 1
+
+    def finding(self, rule: str, verdict: str) -> None:
+        key = (rule, verdict)
+        self.findings[key] = self.findings.get(key, 0) + 1
+
+    def observe(self, endpoint: str, seconds: float) -> None:
+        counts = self.latency.get(endpoint)
+        if counts is None:
+            counts = self.latency[endpoint] = [0] * (len(BUCKETS) + 1)
+            self.latency_sum[endpoint] = 0.0
+        counts[bisect_left(BUCKETS, seconds)] += 1
+        self.latency_sum[endpoint] += seconds
+
+    def collect(self) -> Iterator[CounterMetricFamily | HistogramMetricFamily]:
+        requests = CounterMetricFamily(
+            "gpu_admission_requests",
+            "AdmissionReviews answered, by endpoint, kind and result (allowed, denied, patched, "
+            "fast, error).",
+            labels=["endpoint", "kind", "result"],
+        )
+        for labels, value in sorted(self.requests.items()):
+            requests.add_metric(list(labels), value)
+        yield requests
+        findings = CounterMetricFamily(
+            "gpu_admission_findings",
+            "Rule findings by rule id and verdict (deny, warn, audit); audit: what shadow mode "
+            "would deny.",
+            labels=["rule", "verdict"],
+        )
+        for (rule, verdict), value in sorted(self.findings.items()):
+            findings.add_metric([rule, verdict], value)
+        yield findings
+        latency = HistogramMetricFamily(
+            "gpu_admission_request_seconds",
+            "Time to answer one AdmissionReview, body read to response built.",
+            labels=["endpoint"],
+        )
+        for endpoint, counts in sorted(self.latency.items()):
+            cumulative, buckets = 0, []
+            for bound, count in zip((*map(str, BUCKETS), "+Inf"), counts, strict=True):
+                cumulative += count
+                buckets.append((bound, cumulative))
+            latency.add_metric([endpoint], buckets, self.latency_sum[endpoint])
+        yield latency
+
+
+TALLY = _Tally()
+REGISTRY.register(TALLY)
 RELOADS = Counter(
     "gpu_admission_rule_reloads_total",
     "Rule-set loads by result: loaded, or refused (invalid; the last good set kept serving).",
@@ -62,20 +114,6 @@ CLUSTER_PODS = Gauge(
     "gpu_admission_cluster_gpu_pods",
     "GPU pods held in the live cache as compact summaries.",
 )
-
-
-@lru_cache(maxsize=512)
-def counted(endpoint: str, kind: str, result: str) -> Any:
-    """The request counter's child for these labels; `labels()` costs microseconds per call.
-
-    Kinds are the few that hold pods (or "" for bodies that were not reviews): bounded.
-    """
-    return REQUESTS.labels(endpoint, kind, result)
-
-
-@lru_cache(maxsize=512)
-def _finding(rule: str, verdict: str) -> Any:
-    return FINDINGS.labels(rule, verdict)
 
 
 def record(
@@ -97,7 +135,7 @@ def record(
         _log_decision(review, subject, decision)
     if decision is None:
         if fast:
-            counted(endpoint, kind, "fast").inc()
+            TALLY.request(endpoint, kind, "fast")
         return
     if not decision.allowed:
         result = "denied"
@@ -105,10 +143,10 @@ def record(
         result = "patched"
     else:
         result = "allowed"
-    counted(endpoint, kind, result).inc()
+    TALLY.request(endpoint, kind, result)
     if decision.unreadable is None:
         for j in decision.judged:
-            _finding(j.finding.rule, str(j.verdict)).inc()
+            TALLY.finding(j.finding.rule, str(j.verdict))
 
 
 def _log_decision(request: AdmissionRequest, subject: Subject, decision: Decision) -> None:

@@ -31,11 +31,10 @@ def copy_requests_to_limits(spec: dict[str, Any], pod: PodView, ctx: Context) ->
         if not missing:
             continue
         container = c.locate(spec)
-        resources = container.get("resources") or {}
+        # New maps, never the shared ones: the working copy shares `resources` (patch.py).
+        resources = dict(container.get("resources") or {})
+        resources["limits"] = {**(resources.get("limits") or {}), **missing}
         container["resources"] = resources
-        limits = resources.get("limits") or {}
-        resources["limits"] = limits
-        limits.update(missing)
         changed = True
     return changed
 
