@@ -20,7 +20,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from fractions import Fraction
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from webhook.facts.model import Facts, FactsSource, NodeIndex, PodGpus, Usage
 
@@ -44,7 +44,8 @@ class _Hold:
     until: float
 
 
-def _shift(table: dict[K, Fraction], key: K, delta: Fraction) -> None:
+def _shift(table: dict[K, Any], key: K, delta: Fraction | int) -> None:
+    """`table` maps to Fractions or ints (whole amounts, see `_charge`): both add alike."""
     left = table.get(key, 0) + delta
     if left:
         table[key] = left
@@ -53,9 +54,14 @@ def _shift(table: dict[K, Fraction], key: K, delta: Fraction) -> None:
 
 
 def _charge(total: Usage, pod: PodGpus, sign: int) -> None:
-    """Add (or take away) one pod in a running total."""
+    """Add (or take away) one pod in a running total.
+
+    Whole amounts (nearly all) are kept as ints: Fraction arithmetic is pure Python, several
+    µs a hold, and an int compares and adds with the Fractions elsewhere just the same.
+    """
     products = pod.products
-    for name, amount in pod.gpus.items():
+    for name, exact in pod.gpus.items():
+        amount = int(exact) if exact.denominator == 1 else exact
         _shift(total.by_resource, name, sign * amount)
         for product in products:
             _shift(total.by_product, (name, product), sign * amount)
