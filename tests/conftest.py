@@ -334,3 +334,21 @@ def schema_problems(obj: dict[str, Any], table: Any = None) -> list[str]:
 def assert_schema_valid(obj: dict[str, Any], table: Any = None) -> None:
     errors = schema_problems(obj, table)
     assert not errors, errors
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Say it in one line when the corpus was not there: each of those skips stands for the
+    hundreds of real manifests and AdmissionReviews the corpus tests run one by one."""
+    skipped = [
+        r
+        for r in terminalreporter.stats.get("skipped", [])
+        if "corpus" in str(getattr(r, "longrepr", "")) and "absent" in str(r.longrepr)
+    ]
+    if skipped:
+        terminalreporter.write_line(
+            f"NOTE: {len(skipped)} corpus tests did not run: {CORPUS} is absent. With ../shared "
+            "beside this clone they check every real manifest and AdmissionReview in it "
+            "(several hundred cases).",
+            yellow=True,
+            bold=True,
+        )

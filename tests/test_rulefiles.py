@@ -243,3 +243,22 @@ def test_pattern_overrides_are_found_by_their_literal_prefix() -> None:
         for i in resolve.applicable(ruleset, compiled, "team-a", {"gpu": "1"})
     ]
     assert names == ["expr", "all", "team", "mixed", "exact"]
+
+
+def test_an_unquoted_off_is_the_mode_off_and_an_unquoted_on_is_explained(
+    tmp_path: Path,
+) -> None:
+    # YAML 1.1 reads `off` as false and `on` as true: the first is what was meant.
+    text = "mode: off\nrules:\n  gpu-shm:\n    mode: off\n"
+    rules = load_rules(_folder(tmp_path, **{"a.yaml": text}))
+    assert rules.mode == "off" and rules.rules.gpu_shm.mode == "off"
+    override = (
+        "overrides:\n  - name: quiet\n    namespaces: [lab]\n"
+        "    rules:\n      gpu-memory-limit: {mode: off}\n"
+    )
+    (tmp_path / "o").mkdir()
+    (tmp_path / "on").mkdir()
+    rules = load_rules(_folder(tmp_path / "o", **{"a.yaml": override}))
+    assert resolve.resolve(rules, "lab", None).rules.rules.gpu_memory_limit.mode == "off"
+    with pytest.raises(RuleFileError, match="YAML read this value as true"):
+        load_rules(_folder(tmp_path / "on", **{"a.yaml": "mode: on\n"}))

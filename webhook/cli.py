@@ -23,24 +23,54 @@ def _certs_generate(args: argparse.Namespace) -> int:
     from webhook.certs.generate import CertPaths, generate
 
     out = Path(args.out)
-    if args.if_missing and CertPaths.in_folder(out).complete():
+    existing = CertPaths.in_folder(out)
+    if args.if_missing and existing.complete():
         print(f"certificates already in {out}/")
         return 0
+    if not args.force and (existing.ca_cert.exists() or existing.ca_key.exists()):
+        # A new CA invalidates every caBundle already injected and every cert it signed.
+        print(
+            f"gpu-admission: {out}/ already holds a CA ({existing.ca_cert.name}); pass --force "
+            "to replace it (then inject the new CA bundle again), or --if-missing to keep it",
+            file=sys.stderr,
+        )
+        return 2
     hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
-    paths = generate(out, hosts)
-    print(f"wrote {paths.ca_cert}, {paths.cert}, {paths.key} for {', '.join(hosts)}")
+    try:
+        paths = generate(out, hosts)
+    except (OSError, ValueError) as exc:
+        print(f"gpu-admission: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote for {', '.join(hosts)}:")
+    for path in (paths.ca_cert, paths.ca_key, paths.cert, paths.key):
+        print(f"  {path}")
     return 0
 
 
 def _certs_inject(args: argparse.Namespace) -> int:
-    from webhook.certs.inject import inject_ca_bundle_file
+    from webhook.certs.inject import check_pem, inject_ca_bundle_file
 
+    ca, target = Path(args.ca), Path(args.file)
     try:
-        count = inject_ca_bundle_file(Path(args.file), Path(args.ca).read_bytes())
+        pem = ca.read_bytes()
+        check_pem(pem)
     except (OSError, ValueError) as exc:
-        print(f"gpu-admission: {exc}", file=sys.stderr)
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        print(f"gpu-admission: --ca {ca}: {reason}", file=sys.stderr)
         return 2
-    print(f"wrote the CA bundle of {args.ca} into {count} webhooks in {args.file}")
+    if not target.is_file():
+        print(
+            f"gpu-admission: --file {target}: no such file; give the YAML file holding the "
+            "webhook configurations (the default is relative to the repository's root)",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        count = inject_ca_bundle_file(target, pem)
+    except (OSError, ValueError) as exc:
+        print(f"gpu-admission: --file {target}: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote the CA bundle of {ca} into {count} webhooks in {target}")
     return 0
 
 
@@ -146,11 +176,22 @@ def _audit(args: argparse.Namespace) -> int:
     return run_audit(args)
 
 
+def _version() -> str:
+    """The installed distribution's version (pyproject.toml), read only when asked for."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gpu-admission")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpu-admission",
         description="Admission webhook that makes GPU workloads right before they schedule.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     certs = sub.add_parser("certs", help="certificate tooling")
@@ -161,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument(
         "--if-missing", action="store_true", help="do nothing when the folder already has them"
     )
+    gen.add_argument("--force", action="store_true", help="replace a CA already in the folder")
     gen.set_defaults(func=_certs_generate)
     inj = certs_sub.add_parser(
         "inject", help="write the CA bundle into the webhook configurations of a YAML file"

@@ -17,19 +17,26 @@ from typing import Any
 import yaml
 from cryptography import x509
 
-__all__ = ["WEBHOOK_CONFIGURATION_KINDS", "inject_ca_bundle", "inject_ca_bundle_file"]
+__all__ = [
+    "WEBHOOK_CONFIGURATION_KINDS",
+    "check_pem",
+    "inject_ca_bundle",
+    "inject_ca_bundle_file",
+]
 
 WEBHOOK_CONFIGURATION_KINDS = frozenset(
     {"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
 )
 
 
-def _check_pem(ca_pem: bytes) -> None:
+def check_pem(ca_pem: bytes) -> None:
     """Refuse anything but PEM certificates: a key or a typo must not become the trust root."""
     try:
         x509.load_pem_x509_certificates(ca_pem)
     except ValueError:
-        raise ValueError("the CA bundle is not a PEM certificate (expected certs/ca.crt)") from None
+        raise ValueError(
+            "not a PEM certificate (the CA `gpu-admission certs generate` writes as ca.crt)"
+        ) from None
 
 
 def _is_webhook_configuration(doc: Any) -> bool:
@@ -41,7 +48,7 @@ def inject_ca_bundle(docs: list[dict[str, Any]], ca_pem: bytes) -> list[dict[str
 
     Documents of other kinds come back unchanged; the input is not modified.
     """
-    _check_pem(ca_pem)
+    check_pem(ca_pem)
     bundle = base64.b64encode(ca_pem).decode("ascii")
     out: list[dict[str, Any]] = []
     for doc in docs:

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections import Counter
 from fractions import Fraction
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
@@ -33,8 +34,22 @@ __all__ = [
     "RuleSettings",
 ]
 
+
 # How a rule file spells a mode; the engine works with `engine.decision.Mode`.
-ModeName = Literal["enforce", "warn", "audit", "off"]
+def _yaml_mode(value: Any) -> Any:
+    """YAML 1.1 reads an unquoted `off` (and `no`) as false: that is the mode `off`. An unquoted
+    `on`/`yes`/`true` is no mode at all, so say what happened instead of listing the modes."""
+    if value is False:
+        return "off"
+    if value is True:
+        raise ValueError(
+            "YAML read this value as true (on, yes and true all are); a mode is one of "
+            "enforce, warn, audit, off: write it in quotes if in doubt"
+        )
+    return value
+
+
+ModeName = Annotated[Literal["enforce", "warn", "audit", "off"], BeforeValidator(_yaml_mode)]
 
 
 class _Model(StrictModel):

@@ -61,6 +61,12 @@ class RuleHolder:
         """Read, validate and compile the folder if its contents changed; None when they did not
         or the new set was refused (logged and counted). Safe in a worker thread: it changes
         nothing a request reads, only the fingerprint that only the watcher reads."""
+        if not self.source.is_dir():
+            # A ConfigMap mount may appear later: say so on every check, and stay unready.
+            kept = "the previous rule set keeps serving" if self.current else "not ready"
+            log.error("rules folder %s does not exist or is not a folder (%s)", self.source, kept)
+            self.digest = ""
+            return None
         digest = fingerprint(self.source)
         if digest == self.digest:
             return None

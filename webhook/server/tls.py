@@ -14,12 +14,21 @@ TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
 def make_ssl_context(cert: Path, key: Path, client_ca: Path | None = None) -> ssl.SSLContext:
     """TLS 1.2+ with AEAD suites only; with `client_ca`, only clients holding a certificate it
     signed get through (the apiserver presents one when its admission config names one)."""
+    for flag, path in (("--cert", cert), ("--key", key), ("--client-ca", client_ca)):
+        if path is not None and not path.is_file():
+            raise ValueError(f"{flag} {path}: no such file")
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.set_ciphers(TLS12_CIPHERS)
     ctx.options |= ssl.OP_CIPHER_SERVER_PREFERENCE | ssl.OP_NO_COMPRESSION
-    ctx.load_cert_chain(cert, key)
+    try:
+        ctx.load_cert_chain(cert, key)
+    except ssl.SSLError as exc:  # not PEM, or a key that is not the certificate's
+        raise ValueError(f"--cert {cert} / --key {key}: unusable ({exc.reason})") from None
     if client_ca is not None:
-        ctx.load_verify_locations(cafile=client_ca)
+        try:
+            ctx.load_verify_locations(cafile=client_ca)
+        except ssl.SSLError as exc:
+            raise ValueError(f"--client-ca {client_ca}: unusable ({exc.reason})") from None
         ctx.verify_mode = ssl.CERT_REQUIRED
     return ctx
