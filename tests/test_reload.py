@@ -11,9 +11,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, Webhook, review_for, start_webhook, stop_webhook
+from conftest import Webhook, review_for, start_webhook, stop_webhook
 
-DEFAULTS = yaml.safe_load((ROOT / "rules" / "gpu-admission.yaml").read_text())
+from webhook.ruleset.models import RuleSet
+
+# Every setting spelled out, as a complete rule file would.
+DEFAULTS = RuleSet().model_dump(by_alias=True, mode="json", exclude_none=True)
 POLL = "0.1"
 
 

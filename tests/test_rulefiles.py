@@ -85,18 +85,66 @@ def test_a_broken_rule_file_is_refused_naming_file_and_field(
     assert "a.yaml" in str(err.value)
 
 
-def test_a_rule_set_twice_in_two_files_is_refused(tmp_path: Path) -> None:
+def test_later_files_override_earlier_ones_key_by_key_and_say_where(tmp_path: Path) -> None:
     folder = _folder(
         tmp_path,
         **{
-            "a.yaml": "rules:\n  gpu-shm:\n    maxSize: 4Gi\n",
-            "b.yaml": "rules:\n  gpu-shm:\n    maxSize: 8Gi\n",
+            "a.yaml": "rules:\n  gpu-shm:\n    maxSize: 4Gi\n    minSize: 2Gi\n"
+            "gpuResources: [nvidia.com/gpu]\n",
+            "b.yaml": "rules:\n  gpu-shm:\n    maxSize: 8Gi\ngpuResources: [amd.com/gpu]\n",
         },
     )
-    with pytest.raises(
-        RuleFileError, match=r"b\.yaml:2: rules\.gpu-shm is already set in .*a\.yaml"
-    ):
-        load_rules(folder)
+    loaded = load_rules_with_sources(folder)
+    shm = loaded.rules.rules.gpu_shm
+    assert (shm.max_size, shm.min_size) == ("8Gi", "2Gi")  # maps merge
+    assert loaded.rules.gpu_resources == ["amd.com/gpu"]  # lists are replaced whole
+    assert loaded.lines[("rules", "gpu-shm", "maxSize")].endswith("b.yaml:3")
+    assert loaded.lines[("rules", "gpu-shm", "minSize")].endswith("a.yaml:4")
+
+
+def test_overrides_and_workloads_are_replaced_by_name_and_added_otherwise(
+    tmp_path: Path,
+) -> None:
+    def override(name: str, ns: str, size: str) -> str:
+        return (
+            f"  - name: {name}\n    namespaces: [{ns}]\n"
+            f"    rules: {{gpu-shm: {{maxSize: {size}}}}}\n"
+        )
+
+    folder = _folder(
+        tmp_path,
+        **{
+            "a.yaml": "overrides:\n" + override("lab", "lab", "2Gi") + override("ci", "ci", "1Gi"),
+            "b.yaml": "overrides:\n" + override("lab", "lab-*", "4Gi") + override("x", "x", "3Gi"),
+        },
+    )
+    loaded = load_rules_with_sources(folder)
+    assert [(o.name, o.namespaces) for o in loaded.rules.overrides] == [
+        ("lab", ["lab-*"]),
+        ("ci", ["ci"]),
+        ("x", ["x"]),
+    ]
+    assert loaded.lines[("overrides", 0, "namespaces")].endswith("b.yaml:3")
+    assert loaded.lines[("overrides", 1, "namespaces")].endswith("a.yaml:6")
+
+
+def test_the_readme_rule_change_saved_beside_the_shipped_file_layers_over_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from webhook.cli import main
+
+    readme = (ROOT / "README.md").read_text()
+    marker = "such as `rules/team.yaml`:\n\n```yaml\n"
+    example = readme.split(marker, 1)[1].split("```", 1)[0]
+    folder = tmp_path / "rules"
+    folder.mkdir()
+    (folder / "gpu-admission.yaml").write_text((ROOT / "rules" / "gpu-admission.yaml").read_text())
+    (folder / "team.yaml").write_text(example)
+    assert main(["rules", "check", str(folder)]) == 0
+    capsys.readouterr()
+    assert main(["rules", "explain", str(folder), "--namespace", "ml-team"]) == 0
+    shown = capsys.readouterr().out
+    assert f'maxSize: "32Gi"    # {folder / "team.yaml"}:3' in shown
 
 
 # --- rule files are read with bounded work -------------------------------------------------

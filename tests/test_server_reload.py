@@ -67,8 +67,7 @@ async def test_a_slow_rule_load_does_not_block_healthz_and_the_swap_is_on_the_lo
     app = make_app(holder)
     app.cleanup_ctx.append(rule_watcher(0.01))
     async with TestClient(TestServer(app)) as client:
-        doc = yaml.safe_load((rules_dir / "rules.yaml").read_text())
-        doc["rules"]["gpu-memory-limit"]["mode"] = "off"
+        doc = {"rules": {"gpu-memory-limit": {"mode": "off"}}}
         (rules_dir / "rules.yaml").write_text(yaml.safe_dump(doc))
         await wait_until(loading.is_set)
         assert (await client.get("/healthz")).status == 200  # while the load is blocked

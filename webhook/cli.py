@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from webhook.ruleset.files import rules_folder
+
 __all__ = ["main"]
 
 MIB = 1024 * 1024
@@ -94,7 +96,7 @@ def _serve(args: argparse.Namespace) -> int:
             port=args.port,
             cert=Path(args.cert),
             key=Path(args.key),
-            rules_dir=Path(args.rules),
+            rules_dir=rules_folder(args.rules),
             rules_check_seconds=args.rules_check_seconds,
             cluster_snapshot=Path(args.cluster_snapshot) if args.cluster_snapshot else None,
             kubeconfig=Path(args.kubeconfig) if args.kubeconfig else None,
@@ -151,7 +153,7 @@ def _labels(text: str | None) -> dict[str, str] | None:
 def _rules(args: argparse.Namespace) -> int:
     from webhook.rulecli import commands as rulecli
 
-    folder = Path(args.dir)
+    folder = rules_folder(args.dir)
     if args.rules_command == "check":
         return rulecli.check(folder, sys.stdout)
     if args.rules_command == "schema":
@@ -165,7 +167,10 @@ def _rules(args: argparse.Namespace) -> int:
         dest = Path(args.out) if args.out else None
         return rulecli.webhooks(folder, sys.stdout, sys.stderr, dest)
     if args.rules_command == "test":
-        cases = [Path(c) for c in args.cases] or [folder / "tests"]
+        cases = [Path(c) for c in args.cases] or ([folder / "tests"] if folder else [])
+        if not cases:
+            print("gpu-admission: no rules folder and no --cases: nothing to test", file=sys.stderr)
+            return 2
         return rulecli.test(folder, cases, sys.stdout)
     return rulecli.explain(folder, args.namespace, _labels(args.labels), sys.stdout)
 
@@ -174,6 +179,12 @@ def _audit(args: argparse.Namespace) -> int:
     from webhook.audit.cli import run_audit
 
     return run_audit(args)
+
+
+RULES_HELP = (
+    "folder of rule files (default: $GPU_ADMISSION_RULES, else ./rules when there is one, "
+    "else the built-in defaults)"
+)
 
 
 def _version() -> str:
@@ -227,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     srv.add_argument("--cert", default="certs/tls.crt")
     srv.add_argument("--key", default="certs/tls.key")
-    srv.add_argument("--rules", default="rules", help="folder of rule files (default: rules)")
+    srv.add_argument("--rules", help=RULES_HELP)
     srv.add_argument(
         "--rules-check-seconds",
         type=float,
@@ -347,7 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --cluster: store a PolicyReport per namespace in the cluster",
     )
-    aud.add_argument("--rules", default="rules", help="folder of rule files (default: rules)")
+    aud.add_argument("--rules", help=RULES_HELP)
     aud.add_argument(
         "--output", "-o", default="table", choices=["table", "json", "junit", "policyreport"]
     )
@@ -366,20 +377,20 @@ def build_parser() -> argparse.ArgumentParser:
     rules = sub.add_parser("rules", help="check, test and explain rule files")
     rules_sub = rules.add_subparsers(dest="rules_command", required=True)
     chk = rules_sub.add_parser("check", help="validate a rule folder (exit 1 on any error)")
-    chk.add_argument("dir", nargs="?", default="rules")
+    chk.add_argument("dir", nargs="?", help=RULES_HELP)
     sch = rules_sub.add_parser("schema", help="print the JSON Schema of rule files")
-    sch.add_argument("dir", nargs="?", default="rules", help=argparse.SUPPRESS)
+    sch.add_argument("dir", nargs="?", help=argparse.SUPPRESS)
     sch.add_argument("--out", help="write to this file instead of stdout")
     tst = rules_sub.add_parser("test", help="run rule test cases (default: DIR/tests)")
-    tst.add_argument("dir", nargs="?", default="rules")
+    tst.add_argument("dir", nargs="?", help=RULES_HELP)
     tst.add_argument("--cases", action="append", default=[], help="case file or folder")
     hooks = rules_sub.add_parser(
         "webhooks", help="print the webhook configurations that route this rule set's kinds"
     )
-    hooks.add_argument("dir", nargs="?", default="rules")
+    hooks.add_argument("dir", nargs="?", help=RULES_HELP)
     hooks.add_argument("--out", help="write to this file instead of stdout")
     exp = rules_sub.add_parser("explain", help="effective settings for one namespace")
-    exp.add_argument("dir", nargs="?", default="rules")
+    exp.add_argument("dir", nargs="?", help=RULES_HELP)
     exp.add_argument("--namespace", required=True)
     exp.add_argument("--labels", help="namespace labels, k=v,k=v")
     rules.set_defaults(func=_rules)

@@ -88,7 +88,7 @@ def conflicts(rules: RuleSet) -> list[str]:
     ]
 
 
-def _load(folder: Path, out: TextIO) -> LoadedRules | None:
+def _load(folder: Path | None, out: TextIO) -> LoadedRules | None:
     try:
         return load_rules_with_sources(folder)
     except RuleFileError as exc:
@@ -97,7 +97,7 @@ def _load(folder: Path, out: TextIO) -> LoadedRules | None:
         return None
 
 
-def check(folder: Path, out: TextIO) -> int:
+def check(folder: Path | None, out: TextIO) -> int:
     loaded = _load(folder, out)
     if loaded is None:
         return 1
@@ -121,14 +121,15 @@ def check(folder: Path, out: TextIO) -> int:
             f"(gpu-admission rules webhooks {folder}) so the apiserver sends them",
             file=out,
         )
+    where = folder if folder is not None else "no rules folder: the built-in defaults"
     print(
-        f"ok: {folder} is a valid rule set (global mode {rs.mode}, {len(rs.overrides)} overrides)",
+        f"ok: {where} is a valid rule set (global mode {rs.mode}, {len(rs.overrides)} overrides)",
         file=out,
     )
     return 0
 
 
-def webhooks(folder: Path, out: TextIO, err: TextIO, dest: Path | None = None) -> int:
+def webhooks(folder: Path | None, out: TextIO, err: TextIO, dest: Path | None = None) -> int:
     """The webhook configurations routing this rule set's kinds (stdout or `dest`)."""
     loaded = _load(folder, err)
     if loaded is None:
@@ -141,7 +142,7 @@ def webhooks(folder: Path, out: TextIO, err: TextIO, dest: Path | None = None) -
     return 0
 
 
-def test(folder: Path, cases: list[Path], out: TextIO) -> int:
+def test(folder: Path | None, cases: list[Path], out: TextIO) -> int:
     loaded = _load(folder, out)
     if loaded is None:
         return 1
@@ -165,7 +166,7 @@ def test(folder: Path, cases: list[Path], out: TextIO) -> int:
     return 0 if failed == 0 and not problems and found else 1
 
 
-def explain(folder: Path, namespace: str, labels: dict[str, str] | None, out: TextIO) -> int:
+def explain(folder: Path | None, namespace: str, labels: dict[str, str] | None, out: TextIO) -> int:
     loaded = _load(folder, out)
     if loaded is None:
         return 1

@@ -12,9 +12,10 @@ stops at `MAX_DEPTH`.
 
 from __future__ import annotations
 
+import os
 import types
 import typing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -192,14 +193,64 @@ def _scalar(loader: Any, event: yaml.ScalarEvent, line: int) -> Any:
         raise _Refused(line, f"{event.value[:40]!r} is not a valid {tag}: {exc}") from None
 
 
-def _shift_overrides(lines: dict[Path_, str], offset: int) -> dict[Path_, str]:
-    """Renumber a file's `overrides` items to their index in the concatenated list."""
-    shifted: dict[Path_, str] = {}
-    for path, where in lines.items():
-        if len(path) >= 2 and path[0] == "overrides" and isinstance(path[1], int):
-            path = ("overrides", path[1] + offset, *path[2:])
-        shifted[path] = where
-    return shifted
+# Lists whose items are keyed: a later file's item of the same key replaces the earlier one,
+# other items are added. Every other list, and every scalar, is replaced whole.
+_KEYED_LISTS: dict[str, Callable[[Any], Any]] = {
+    "overrides": lambda item: item.get("name") if isinstance(item, dict) else None,
+    "workloads": lambda item: (
+        (item.get("group", ""), item.get("kind")) if isinstance(item, dict) else None
+    ),
+}
+
+
+def _layer(
+    merged: dict[str, Any],
+    doc: dict[str, Any],
+    lines: dict[Path_, str],
+    file_lines: dict[Path_, str],
+) -> None:
+    """Lay one file over what the earlier files built, key by key; `lines` follows, so each
+    setting is traced to the file that set it last."""
+
+    def forget(prefix: Path_) -> None:
+        for path in [p for p in lines if p[: len(prefix)] == prefix]:
+            del lines[path]
+
+    def take(prefix: Path_, into: Path_) -> None:
+        for path, where in file_lines.items():
+            if path[: len(prefix)] == prefix:
+                lines[(*into, *path[len(prefix) :])] = where
+
+    def lay(base: dict[str, Any], top: dict[str, Any], at: Path_) -> None:
+        for key, value in top.items():
+            here = (*at, key)
+            old = base.get(key)
+            if isinstance(value, dict) and isinstance(old, dict):
+                lines[here] = file_lines.get(here, lines.get(here, ""))
+                lay(old, value, here)
+            elif (
+                at == ()
+                and key in _KEYED_LISTS
+                and isinstance(value, list)
+                and isinstance(old, list)
+            ):
+                key_of = _KEYED_LISTS[key]
+                index = {key_of(item): i for i, item in enumerate(old) if key_of(item) is not None}
+                for j, item in enumerate(value):
+                    i = index.get(key_of(item)) if key_of(item) is not None else None
+                    if i is None:
+                        i = len(old)
+                        old.append(item)
+                    else:
+                        old[i] = item
+                        forget((key, i))
+                    take((key, j), (key, i))
+            else:
+                forget(here)
+                base[key] = value
+                take(here, here)
+
+    lay(merged, doc, ())
 
 
 def _line_for(loc: Path_, lines: dict[Path_, str], fallback: str) -> str:
@@ -242,13 +293,35 @@ def _explain(err: Any) -> str:
     return message
 
 
-def load_rules_with_sources(folder: Path | str) -> LoadedRules:
-    """Merge every YAML file of the folder and validate the result as one rule set."""
+RULES_ENV = "GPU_ADMISSION_RULES"
+
+
+def rules_folder(given: str | Path | None) -> Path | None:
+    """Where the rules are: the folder given, else $GPU_ADMISSION_RULES, else ./rules when
+    there is one, else None: the built-in defaults. The same for serve, audit and rules."""
+    if given:
+        return Path(given)
+    if os.environ.get(RULES_ENV):
+        return Path(os.environ[RULES_ENV])
+    here = Path("rules")
+    return here if here.is_dir() else None
+
+
+def load_rules_with_sources(folder: Path | str | None) -> LoadedRules:
+    """Lay every YAML file of the folder over the built-in defaults, in name order, and
+    validate the result as one rule set.
+
+    A later file overrides an earlier one key by key: maps merge, lists and values are
+    replaced, and `overrides` / `workloads` items are replaced by name (by group and kind)
+    and otherwise added. So a team's `team.yaml` beside the shipped file changes only what it
+    names, and an upgrade of the shipped file never conflicts with it.
+    """
+    if folder is None:
+        return LoadedRules(RuleSet(), {})  # the built-in defaults
     folder = Path(folder)
     if not folder.is_dir():
         raise RuleFileError([f"{folder}: not a folder of rule files"])
     merged: dict[str, Any] = {}
-    origin: dict[str, Path] = {}
     lines: dict[Path_, str] = {}
     problems: list[str] = []
     for path in rule_files(folder):
@@ -268,33 +341,7 @@ def load_rules_with_sources(folder: Path | str) -> LoadedRules:
                     f"{path}:{doc_line}: expected a mapping at the top, found {type(doc).__name__}"
                 )
                 continue
-            for key, value in doc.items():
-                line = file_lines.get((key,), str(path))
-                if key == "overrides" and isinstance(value, list):
-                    offset = len(merged.setdefault("overrides", []))
-                    merged["overrides"].extend(value)
-                    file_lines = _shift_overrides(file_lines, offset)
-                    continue
-                if key == "rules" and isinstance(value, dict):
-                    rules = merged.setdefault("rules", {})
-                    for rule_id, cfg in value.items():
-                        where = f"rules.{rule_id}"
-                        if where in origin:
-                            problems.append(
-                                f"{file_lines.get(('rules', rule_id), path)}: {where} is "
-                                f"already set in {origin[where]}"
-                            )
-                            continue
-                        origin[where] = path
-                        rules[rule_id] = cfg
-                    continue
-                if key in origin:
-                    problems.append(f"{line}: {key} is already set in {origin[key]}")
-                    continue
-                origin[key] = path
-                merged[key] = value
-            for p, where in file_lines.items():
-                lines.setdefault(p, where)
+            _layer(merged, doc, lines, file_lines)
     if problems:
         raise RuleFileError(problems)
     try:
@@ -308,5 +355,5 @@ def load_rules_with_sources(folder: Path | str) -> LoadedRules:
         ) from None
 
 
-def load_rules(folder: Path | str) -> RuleSet:
+def load_rules(folder: Path | str | None) -> RuleSet:
     return load_rules_with_sources(folder).rules

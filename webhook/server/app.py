@@ -381,7 +381,7 @@ def serve(
     port: int,
     cert: Path,
     key: Path,
-    rules_dir: Path,
+    rules_dir: Path | None,
     cert_check_seconds: float = 10.0,
     rules_check_seconds: float = 2.0,
     cluster_snapshot: Path | None = None,
@@ -402,6 +402,7 @@ def serve(
     serves the probes and /metrics on the webhook port instead.
     """
     holder = RuleHolder(source=rules_dir)
+    log.info("rules from %s", rules_dir or "the built-in defaults (no rules folder)")
     holder.refresh()
     ctx = make_ssl_context(cert, key, client_ca)
     source = cluster_source(

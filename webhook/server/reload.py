@@ -19,6 +19,7 @@ from pathlib import Path
 
 from webhook.engine.compiled import CompiledRuleSet, compile_rules
 from webhook.ruleset.files import RuleFileError, load_rules, rule_files
+from webhook.ruleset.models import RuleSet
 from webhook.server.metrics import RELOADS
 
 __all__ = ["RuleHolder", "fingerprint"]
@@ -41,7 +42,7 @@ def fingerprint(folder: Path) -> str:
 class RuleHolder:
     """The rule set in service, compiled, and the fingerprint of the files it was loaded from."""
 
-    source: Path
+    source: Path | None  # None: the built-in defaults, nothing to watch
     current: CompiledRuleSet | None = None
     digest: str = ""
 
@@ -61,6 +62,8 @@ class RuleHolder:
         """Read, validate and compile the folder if its contents changed; None when they did not
         or the new set was refused (logged and counted). Safe in a worker thread: it changes
         nothing a request reads, only the fingerprint that only the watcher reads."""
+        if self.source is None:  # the built-in defaults: compiled once, never changed
+            return None if self.current is not None else compile_rules(RuleSet())
         if not self.source.is_dir():
             # A ConfigMap mount may appear later: say so on every check, and stay unready.
             kept = "the previous rule set keeps serving" if self.current else "not ready"
