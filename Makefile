@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint bench certs clean
+.PHONY: run test lint bench certs clean dist
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,12 @@ lint: $(STAMP)
 # Two workers: CI has two cores, and the end-to-end tests wait on servers half the time.
 test: lint
 	$(BIN)/python -m pytest -q -n 2
+
+# dist/install.yaml: the self-signed overlay rendered as one file (needs kubectl); a test keeps
+# it equal to the render.
+dist:
+	{ sed -n '/^#/!q;p' dist/install.yaml; kubectl kustomize manifests/overlays/self-signed; } \
+		> dist/install.yaml.new && mv dist/install.yaml.new dist/install.yaml
 
 bench: $(STAMP)
 	$(BIN)/python bench/load.py

@@ -71,7 +71,7 @@ def render(name: str) -> tuple[dict[str, Any], ...]:
     if KUBECTL is None:
         return tuple(_files_of(folder))
     result = subprocess.run(
-        [KUBECTL, "kustomize", "--load-restrictor", "LoadRestrictionsNone", str(folder)],
+        [KUBECTL, "kustomize", str(folder)],  # plain: what `kubectl apply -k` renders
         capture_output=True,
         text=True,
         timeout=60,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ from webhook.certs.inject import inject_ca_bundle, inject_ca_bundle_file
 from webhook.engine.compiled import compile_rules
 from webhook.engine.workloads import DEFAULT_TABLE
 from webhook.rulecli.webhooks import render_webhooks
-from webhook.ruleset.files import rule_files
+from webhook.ruleset.files import load_rules, rule_files
 from webhook.selectors import LabelSelector
 
 needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl renders overlays' patches")
@@ -236,8 +237,9 @@ def test_the_server_reads_certificates_and_rules_where_they_are_mounted() -> Non
 
 def test_the_rules_configmap_holds_every_rule_file_and_is_the_one_mounted() -> None:
     configmap = one("base", "ConfigMap")
-    rules_dir = ROOT / "rules"
+    rules_dir = ROOT / "manifests" / "base" / "rules"
     assert configmap["data"] == {p.name: p.read_text() for p in rule_files(rules_dir)}
+    assert load_rules(rules_dir) is not None  # a valid rule set, laid over the defaults
     volumes = one("base", "Deployment")["spec"]["template"]["spec"]["volumes"]
     (rules_volume,) = [v for v in volumes if v["name"] == "rules"]
     assert rules_volume["configMap"]["name"] == configmap["metadata"]["name"]
@@ -502,3 +504,38 @@ def test_inject_ca_bundle_file_says_so_when_the_file_has_no_webhook(
     with pytest.raises(ValueError, match="no webhook"):
         inject_ca_bundle_file(target, ca_pem)
     assert target.read_text() == (KUSTOMIZATIONS["base"] / "service.yaml").read_text()
+
+
+# --- the release manifest -----------------------------------------------------------------------
+
+DIST = ROOT / "dist" / "install.yaml"
+
+
+def _dist_docs() -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(DIST.read_text()) if d]
+
+
+@needs_kubectl
+def test_the_release_manifest_is_the_self_signed_overlay_rendered() -> None:
+    assert _dist_docs() == list(render("self-signed")), "regenerate it: make dist"
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_every_object_of_the_release_manifest_is_valid(version: str) -> None:
+    docs = _dist_docs()
+    assert {d["kind"] for d in docs} >= {"Deployment", "ValidatingWebhookConfiguration"}
+    for doc in docs:
+        kubernetes_validate.validate(doc, version, strict=True)
+
+
+@needs_kubectl
+@pytest.mark.parametrize("overlay", ["cert-manager", "self-signed"])
+def test_plain_kubectl_kustomize_renders_each_overlay(overlay: str) -> None:
+    # `kubectl apply -k` renders the same way: no load restrictor, no files outside the folder.
+    result = subprocess.run(
+        [str(KUBECTL), "kustomize", str(KUSTOMIZATIONS[overlay])],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
