@@ -1,9 +1,12 @@
-# Small, non-root image; dependencies come from pyproject.toml.
+# Small, non-root image. Dependencies: exactly the versions and hashes of requirements.lock
+# (generated from pyproject.toml, see the README), then the project itself without them.
 FROM python:3.11.11-slim-bookworm AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md requirements.lock ./
 COPY webhook ./webhook
-RUN python -m venv /opt/venv && /opt/venv/bin/pip install --no-cache-dir .
+RUN python -m venv /opt/venv \
+    && /opt/venv/bin/pip install --no-cache-dir --require-hashes -r requirements.lock \
+    && /opt/venv/bin/pip install --no-cache-dir --no-deps .
 
 FROM python:3.11.11-slim-bookworm
 COPY --from=build /opt/venv /opt/venv

@@ -291,3 +291,20 @@ def test_a_10_mb_file_is_audited(tmp_path: Path) -> None:
     result = run_audit(str(big), "-o", "json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["summary"]["objects"] == count
+
+
+def test_colour_only_on_a_terminal_and_never_with_no_color() -> None:
+    import io
+
+    from webhook.audit.cli import use_colour
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    assert use_colour("table", Terminal(), False, {})
+    assert not use_colour("table", Terminal(), False, {"NO_COLOR": "1"})
+    assert use_colour("table", Terminal(), False, {"NO_COLOR": ""})  # empty: not set
+    assert not use_colour("table", Terminal(), True, {})
+    assert not use_colour("table", io.StringIO(), False, {})
+    assert not use_colour("json", Terminal(), False, {})

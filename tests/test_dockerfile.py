@@ -129,9 +129,11 @@ def test_the_image_installs_the_project_from_pyproject() -> None:
     for pattern in PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]:
         package = pattern.rstrip("*")
         assert package in copied, f"the package {package}/ is not copied into the build"
-    install = _pip_install_args(stage)
-    assert "." in install  # the project itself, with the dependencies pyproject.toml declares
-    assert not any(a in ("-r", "--requirement") for a in install)  # no second dependency list
+    locked, project = _pip_installs(stage)
+    # First every dependency, pinned and hash-checked; then the project with none of its own.
+    assert "--require-hashes" in locked and locked[locked.index("-r") + 1] == "requirements.lock"
+    assert "requirements.lock" in copied
+    assert "." in project and "--no-deps" in project
 
 
 def test_the_image_runs_as_a_numeric_non_root_user_the_deployment_agrees_with() -> None:
@@ -174,15 +176,17 @@ def test_there_is_no_healthcheck_kubernetes_probes_the_server_instead() -> None:
     assert not any(stage.every("HEALTHCHECK") for stage in STAGES)
 
 
-def _pip_install_args(stage: Stage) -> list[str]:
-    """The arguments after `pip install` in the stage's RUN."""
+def _pip_installs(stage: Stage) -> list[list[str]]:
+    """The arguments after each `pip install` in the stage's RUNs, in order."""
+    found = []
     for run in stage.every("RUN"):
         for command in run.split("&&"):
             words = shlex.split(command)
             for i in range(len(words) - 1):
                 if words[i].endswith("pip") and words[i + 1] == "install":
-                    return words[i + 2 :]
-    raise AssertionError("no `pip install` in the build stage")
+                    found.append(words[i + 2 :])
+    assert found, "no `pip install` in the build stage"
+    return found
 
 
 def test_the_install_step_gives_a_working_console_script(tmp_path: Path) -> None:
@@ -208,22 +212,23 @@ def test_the_install_step_gives_a_working_console_script(tmp_path: Path) -> None
                 shutil.copy2(src, target)
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=False)  # this test's pip installs into it (--python)
-    # --no-cache-dir keeps the image small; here the cache only saves downloads.
-    args = [a for a in _pip_install_args(stage) if a != "--no-cache-dir"]
-    try:
-        pip = [sys.executable, "-m", "pip", "--python", str(env_dir / "bin" / "python")]
-        result = subprocess.run(
-            [*pip, "install", "--quiet", "--disable-pip-version-check", *args],
-            cwd=base,
-            capture_output=True,
-            text=True,
-            timeout=INSTALL_BUDGET_SECONDS,
-        )
-    except subprocess.TimeoutExpired:
-        pytest.skip(f"pip install took over {INSTALL_BUDGET_SECONDS} s here; not replayed")
-    if result.returncode != 0 and any(s in result.stderr for s in OFFLINE):
-        pytest.skip("PyPI is not reachable from here; the install step was not replayed")
-    assert result.returncode == 0, result.stderr[-3000:]
+    pip = [sys.executable, "-m", "pip", "--python", str(env_dir / "bin" / "python")]
+    for install in _pip_installs(stage):
+        # --no-cache-dir keeps the image small; here the cache only saves downloads.
+        args = [a for a in install if a != "--no-cache-dir"]
+        try:
+            result = subprocess.run(
+                [*pip, "install", "--quiet", "--disable-pip-version-check", *args],
+                cwd=base,
+                capture_output=True,
+                text=True,
+                timeout=INSTALL_BUDGET_SECONDS,
+            )
+        except subprocess.TimeoutExpired:
+            pytest.skip(f"pip install took over {INSTALL_BUDGET_SECONDS} s here; not replayed")
+        if result.returncode != 0 and any(s in result.stderr for s in OFFLINE):
+            pytest.skip("PyPI is not reachable from here; the install step was not replayed")
+        assert result.returncode == 0, result.stderr[-3000:]
 
     checked = subprocess.run(
         [str(env_dir / "bin" / "gpu-admission"), "rules", "check", str(ROOT / "rules")],

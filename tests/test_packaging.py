@@ -50,3 +50,38 @@ def test_tests_and_benchmarks_import_only_declared_dependencies() -> None:
     declared = _names(PROJECT["dependencies"] + PROJECT["optional-dependencies"]["test"])
     for folder in ("tests", "bench"):
         assert _undeclared(ROOT / folder, declared) == set(), folder
+
+
+def _locked() -> dict[str, tuple[str, int]]:
+    """name -> (pinned version, number of hashes) of requirements.lock."""
+    pins: dict[str, tuple[str, int]] = {}
+    name = ""
+    for line in (ROOT / "requirements.lock").read_text().splitlines():
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        if "==" in text and not text.startswith("--"):
+            name, _, rest = text.partition("==")
+            name = name.lower().replace("_", "-")
+            pins[name] = (rest.split()[0].rstrip("\\").strip(), 0)
+        elif text.startswith("--hash=") and name:
+            version, hashes = pins[name]
+            pins[name] = (version, hashes + 1)
+    return pins
+
+
+def test_the_lock_pins_every_runtime_dependency_within_pyproject_with_hashes() -> None:
+    """The image installs requirements.lock with --require-hashes: it must agree with the
+    ranges pyproject.toml declares (regenerate it with the command in the README)."""
+    pins = _locked()
+    for spec in PROJECT["dependencies"]:
+        requirement = Requirement(spec)
+        if requirement.marker is not None and not requirement.marker.evaluate(
+            {"sys_platform": "linux"}
+        ):
+            continue
+        name = requirement.name.lower().replace("_", "-")
+        assert name in pins, f"{name} is not in requirements.lock"
+        version = pins[name][0]
+        assert requirement.specifier.contains(version, prereleases=True), (name, version)
+    assert all(hashes >= 1 for _, hashes in pins.values()), "every pin needs its hashes"

@@ -8,16 +8,23 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import sys
 import time
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, TextIO
 
 from webhook.audit.reports import policy_reports, write_report
 from webhook.audit.run import AuditResult, Summary, audit
 from webhook.engine.compiled import CompiledRuleSet, compile_rules
 
 __all__ = ["run_audit"]
+
+
+def use_colour(output: str, stream: TextIO, no_colour: bool, env: Mapping[str, str]) -> bool:
+    """Colour only for the table on a terminal, and never with --no-colour or a non-empty
+    NO_COLOR (https://no-color.org)."""
+    return output == "table" and stream.isatty() and not no_colour and not env.get("NO_COLOR")
 
 
 def _fail(message: str) -> int:
@@ -28,7 +35,7 @@ def _fail(message: str) -> int:
 def _report(
     items: Iterable[Any], args: argparse.Namespace, rules: CompiledRuleSet, *, facts: bool
 ) -> Summary:
-    colour = args.output == "table" and sys.stdout.isatty() and not args.no_colour
+    colour = use_colour(args.output, sys.stdout, args.no_colour, os.environ)
     return write_report(
         items,
         fmt=args.output,
