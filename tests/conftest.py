@@ -350,3 +350,40 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             yellow=True,
             bold=True,
         )
+
+
+# ---- a protocol-speaking API server for list/watch code (tests/fake_apiserver.py) ----------
+
+
+@pytest.fixture
+def server() -> Iterator[Any]:
+    """An empty fake API server; a module that needs it seeded defines its own `server`."""
+    from fake_apiserver import FakeApiServer
+
+    srv = FakeApiServer()
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def live_cache(server: Any, **kwargs: Any) -> Any:
+    """A LiveCache on the fake API server, with short watch timeouts and backoff."""
+    from kubernetes import client
+
+    from webhook.facts.live import LiveCache
+
+    cfg = client.Configuration()
+    cfg.host = server.url
+    return LiveCache(client.ApiClient(cfg), watch_timeout=5, max_backoff=0.5, **kwargs)
+
+
+def cluster_role_grants() -> dict[tuple[str, str], set[str]]:
+    """(API group, resource) -> verbs the webhook's ClusterRole grants (manifests/base)."""
+    docs = list(yaml.safe_load_all((ROOT / "manifests" / "base" / "rbac.yaml").read_text()))
+    role = next(d for d in docs if d["kind"] == "ClusterRole")
+    return {
+        (group, resource): set(rule["verbs"])
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }

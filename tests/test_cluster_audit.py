@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,14 +37,6 @@ def deployment(name: str, gpus: str, ns: str = "ml-team") -> dict[str, Any]:
             },
         },
     }
-
-
-@pytest.fixture
-def server() -> Iterator[FakeApiServer]:
-    srv = FakeApiServer()
-    srv.start()
-    yield srv
-    srv.stop()
 
 
 @pytest.fixture

@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from fractions import Fraction
-from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
+from conftest import cluster_role_grants, live_cache
 from fake_apiserver import FakeApiServer
-from kubernetes import client
 from test_dra import CLASSES, GPU_KEY, claim, exactly, template
 
 from webhook.engine.compiled import compile_rules
@@ -28,20 +25,6 @@ from webhook.facts.live import DRA_KINDS, LiveCache
 from webhook.facts.model import PodGpus
 from webhook.facts.reservations import Reservations
 from webhook.ruleset.models import RuleSet
-
-
-@pytest.fixture
-def server() -> Iterator[FakeApiServer]:
-    srv = FakeApiServer()
-    srv.start()
-    yield srv
-    srv.stop()
-
-
-def live_cache(server: FakeApiServer, **kwargs: Any) -> LiveCache:
-    cfg = client.Configuration()
-    cfg.host = server.url
-    return LiveCache(client.ApiClient(cfg), watch_timeout=5, max_backoff=0.5, **kwargs)
 
 
 def eventually(check: Callable[[], bool], seconds: float = 10) -> None:
@@ -171,14 +154,6 @@ def test_the_claim_made_for_an_admitted_pod_ends_its_hold(server: FakeApiServer)
 
 
 def test_the_cluster_role_grants_reading_every_dra_kind() -> None:
-    root = Path(__file__).resolve().parent.parent
-    docs = list(yaml.safe_load_all((root / "manifests" / "base" / "rbac.yaml").read_text()))
-    role = next(d for d in docs if d["kind"] == "ClusterRole")
-    granted = {
-        (group, resource): set(rule["verbs"])
-        for rule in role["rules"]
-        for group in rule["apiGroups"]
-        for resource in rule["resources"]
-    }
+    granted = cluster_role_grants()
     for kind in DRA_KINDS:
         assert {"list", "watch"} <= granted.get((kind.group, kind.name), set()), kind

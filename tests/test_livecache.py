@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from conftest import cluster_role_grants
 from fake_apiserver import FakeApiServer
 from kubernetes import client
 
@@ -391,14 +391,7 @@ def test_config_maps_are_unknown_until_listed(server: FakeApiServer) -> None:
 
 
 def test_the_cluster_role_grants_every_watched_kind_and_no_secrets() -> None:
-    docs = list(yaml.safe_load_all((ROOT / "manifests" / "base" / "rbac.yaml").read_text()))
-    role = next(d for d in docs if d["kind"] == "ClusterRole")
-    granted = {
-        (group, resource): set(rule["verbs"])
-        for rule in role["rules"]
-        for group in rule["apiGroups"]
-        for resource in rule["resources"]
-    }
+    granted = cluster_role_grants()
     groups = {"core": "", "scheduling": "scheduling.k8s.io"}
     for kind in KINDS:
         assert {"list", "watch"} <= granted.get((groups[kind.api], kind.name), set()), kind

@@ -9,8 +9,8 @@ from fractions import Fraction
 from typing import Any
 
 import pytest
+from conftest import live_cache
 from fake_apiserver import FakeApiServer
-from kubernetes import client
 
 from webhook.facts.live import PROVISIONING_KINDS, LiveCache
 from webhook.facts.provisioning import (
@@ -351,20 +351,6 @@ def test_snapshot_empty_section_is_known_and_offers_nothing() -> None:
 
 
 # ---- the live cache --------------------------------------------------------------------------
-
-
-@pytest.fixture
-def server() -> Iterator[FakeApiServer]:
-    srv = FakeApiServer()
-    srv.start()
-    yield srv
-    srv.stop()
-
-
-def live_cache(server: FakeApiServer, **kwargs: Any) -> LiveCache:
-    cfg = client.Configuration()
-    cfg.host = server.url
-    return LiveCache(client.ApiClient(cfg), watch_timeout=5, max_backoff=0.5, **kwargs)
 
 
 @pytest.fixture

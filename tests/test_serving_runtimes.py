@@ -5,15 +5,14 @@ predictor is merged over, and the /dev/shm that merge must not lose. Golden case
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from conftest import ROOT
+from conftest import ROOT, live_cache
 from fake_apiserver import FakeApiServer
-from kubernetes import client
 
 from webhook.engine.compiled import compile_rules
 from webhook.engine.decision import Decision
@@ -360,20 +359,6 @@ def test_transformer_and_explainer_use_no_runtime() -> None:
 
 
 # ---- the live cache -----------------------------------------------------------------------
-
-
-@pytest.fixture
-def server() -> Iterator[FakeApiServer]:
-    srv = FakeApiServer()
-    srv.start()
-    yield srv
-    srv.stop()
-
-
-def live_cache(server: FakeApiServer) -> LiveCache:
-    cfg = client.Configuration()
-    cfg.host = server.url
-    return LiveCache(client.ApiClient(cfg), watch_timeout=5, max_backoff=0.5)
 
 
 def eventually(check: Callable[[], bool], seconds: float = 10) -> None:

@@ -362,61 +362,59 @@ HEADER = """\
 #   older ray.io or kubeflow.org version) is converted and still sent.
 """
 
-_MUTATING = """\
+
+def _configuration(kind: str, name: str, path: str, policy: str) -> str:
+    """One webhook configuration up to its routing, which both share (`_routing`)."""
+    return f"""\
 apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingWebhookConfiguration
+kind: {kind}
 metadata:
   name: gpu-admission
   labels:
     app.kubernetes.io/name: gpu-admission
 webhooks:
-  - name: mutate.gpu-admission.io
+  - name: {name}
     admissionReviewVersions: [v1]
     sideEffects: None
     timeoutSeconds: 5
+{policy}
+    matchPolicy: Equivalent
+    clientConfig:
+      service:
+        namespace: gpu-admission
+        name: gpu-admission
+        path: {path}
+        port: 443
+"""
+
+
+_MUTATING = _configuration(
+    "MutatingWebhookConfiguration",
+    "mutate.gpu-admission.io",
+    "/mutate",
+    """\
     # Ignore: if gpu-admission is down, GPU pods are admitted unmutated (no added toleration,
     # /dev/shm or probe delays) rather than refused. Every mutation is a convenience the
     # validating webhook or the pod's own failure makes visible; none is a safety boundary.
     failurePolicy: Ignore
     # Another mutating webhook (or a built-in one) may add a container or a GPU after us.
     # Our mutations are idempotent, so a second call changes nothing it already did.
-    reinvocationPolicy: IfNeeded
-    matchPolicy: Equivalent
-    clientConfig:
-      service:
-        namespace: gpu-admission
-        name: gpu-admission
-        path: /mutate
-        port: 443
-"""
+    reinvocationPolicy: IfNeeded""",
+)
 
-_VALIDATING = """\
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingWebhookConfiguration
-metadata:
-  name: gpu-admission
-  labels:
-    app.kubernetes.io/name: gpu-admission
-webhooks:
-  - name: validate.gpu-admission.io
-    admissionReviewVersions: [v1]
-    sideEffects: None
-    timeoutSeconds: 5
+_VALIDATING = _configuration(
+    "ValidatingWebhookConfiguration",
+    "validate.gpu-admission.io",
+    "/validate",
+    """\
     # Fail: the validating rules are the isolation boundary (NVIDIA_VISIBLE_DEVICES, host device
     # nodes, privileged GPU containers); with Ignore, an outage, or a pod that knocks the webhook
     # over, would let exactly those through. The cost is bounded: the matchConditions send only
     # GPU-related objects, kube-system and gpu-admission are never sent, two replicas on
     # different nodes with a PodDisruptionBudget and system-cluster-critical priority keep it
     # up, and a stuck controller retries on its own once the webhook is back.
-    failurePolicy: Fail
-    matchPolicy: Equivalent
-    clientConfig:
-      service:
-        namespace: gpu-admission
-        name: gpu-admission
-        path: /validate
-        port: 443
-"""
+    failurePolicy: Fail""",
+)
 
 
 def _routing(rules: CompiledRuleSet) -> str:
