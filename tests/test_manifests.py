@@ -9,15 +9,10 @@ injection are checked here; the webhooks' `matchConditions` in test_match_condit
 
 from __future__ import annotations
 
-import base64
-import copy
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
-import yaml
 from manifests_support import (
     CERT_MANAGER_KINDS,
     CLUSTER_SCOPED,
@@ -35,7 +30,6 @@ from manifests_support import (
     webhook_entries,
 )
 
-from webhook.certs.inject import inject_ca_bundle, inject_ca_bundle_file
 from webhook.engine.compiled import compile_rules
 from webhook.engine.workloads import DEFAULT_TABLE
 from webhook.rulecli.webhooks import render_webhooks
@@ -439,103 +433,3 @@ def test_the_namespace_selector_leaves_out_system_gpu_operator_and_the_webhooks_
     labels = {"kubernetes.io/metadata.name": namespace}  # set on every namespace since 1.22
     for _, hook in webhook_entries():
         assert LabelSelector.model_validate(hook["namespaceSelector"]).matches(labels) is sent
-
-
-# --- (c) the CA bundle --------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def ca_pem(tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    from webhook.certs.generate import generate
-
-    paths = generate(tmp_path_factory.mktemp("ca"), ["gpu-admission.gpu-admission.svc"])
-    return paths.ca_cert.read_bytes()
-
-
-def test_inject_ca_bundle_sets_the_bundle_on_every_webhook_and_nothing_else(ca_pem: bytes) -> None:
-    docs = [copy.deepcopy(d) for d in render("base")]
-    before = copy.deepcopy(docs)
-    injected = inject_ca_bundle(docs, ca_pem)
-
-    assert docs == before  # the input is left alone
-    hooks = [
-        h for d in injected if d["kind"].endswith("WebhookConfiguration") for h in d["webhooks"]
-    ]
-    assert len(hooks) == 2
-    for hook in hooks:
-        assert base64.b64decode(hook["clientConfig"]["caBundle"]) == ca_pem
-        assert hook["clientConfig"]["service"]["name"] == "gpu-admission"
-    others = [d for d in injected if not d["kind"].endswith("WebhookConfiguration")]
-    assert others == [d for d in before if not d["kind"].endswith("WebhookConfiguration")]
-    for doc in injected:
-        if doc["kind"].endswith("WebhookConfiguration"):
-            kubernetes_validate.validate(doc, K8S_VERSIONS[0], strict=True)
-
-
-def test_inject_ca_bundle_refuses_what_is_not_a_certificate() -> None:
-    with pytest.raises(ValueError, match="not a PEM certificate"):
-        inject_ca_bundle(list(render("base")), b"-----BEGIN PRIVATE KEY-----\nAAAA\n")
-
-
-def test_inject_ca_bundle_file_fills_in_the_self_signed_patch_and_keeps_its_header(
-    ca_pem: bytes, tmp_path: Path
-) -> None:
-    source = KUSTOMIZATIONS["self-signed"] / "webhooks-cabundle.yaml"
-    target = tmp_path / source.name
-    target.write_text(source.read_text())
-
-    assert inject_ca_bundle_file(target, ca_pem) == 2
-
-    text = target.read_text()
-    assert text.startswith(source.read_text().split("\n---", 1)[0])  # the how-to comment
-    docs = list(yaml.safe_load_all(text))
-    names = {(d["kind"], h["name"]) for d in docs for h in d["webhooks"]}
-    assert names == {(kind, h["name"]) for kind, h in webhook_entries()}
-    for doc in docs:
-        for hook in doc["webhooks"]:
-            assert base64.b64decode(hook["clientConfig"]["caBundle"]) == ca_pem
-
-
-def test_inject_ca_bundle_file_says_so_when_the_file_has_no_webhook(
-    ca_pem: bytes, tmp_path: Path
-) -> None:
-    target = tmp_path / "service.yaml"
-    target.write_text((KUSTOMIZATIONS["base"] / "service.yaml").read_text())
-    with pytest.raises(ValueError, match="no webhook"):
-        inject_ca_bundle_file(target, ca_pem)
-    assert target.read_text() == (KUSTOMIZATIONS["base"] / "service.yaml").read_text()
-
-
-# --- the release manifest -----------------------------------------------------------------------
-
-DIST = ROOT / "dist" / "install.yaml"
-
-
-def _dist_docs() -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all(DIST.read_text()) if d]
-
-
-@needs_kubectl
-def test_the_release_manifest_is_the_self_signed_overlay_rendered() -> None:
-    assert _dist_docs() == list(render("self-signed")), "regenerate it: make dist"
-
-
-@pytest.mark.parametrize("version", K8S_VERSIONS)
-def test_every_object_of_the_release_manifest_is_valid(version: str) -> None:
-    docs = _dist_docs()
-    assert {d["kind"] for d in docs} >= {"Deployment", "ValidatingWebhookConfiguration"}
-    for doc in docs:
-        kubernetes_validate.validate(doc, version, strict=True)
-
-
-@needs_kubectl
-@pytest.mark.parametrize("overlay", ["cert-manager", "self-signed"])
-def test_plain_kubectl_kustomize_renders_each_overlay(overlay: str) -> None:
-    # `kubectl apply -k` renders the same way: no load restrictor, no files outside the folder.
-    result = subprocess.run(
-        [str(KUBECTL), "kustomize", str(KUSTOMIZATIONS[overlay])],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
