@@ -17,10 +17,21 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from webhook.engine.fields import (
+    UnreadableObject,
+    claim_refs,
+    dotted,
+    list_of_mappings,
+    lists_ok,
+    mapping,
+    maps_ok,
+    pod_claims,
+    pointer,
+    walk,
+)
 from webhook.engine.workloads import DEFAULT_TABLE, Workload, WorkloadTable
 from webhook.podrequest import is_sidecar
 from webhook.quantity import QuantityError, parse_quantity
-from webhook.ruleset.workloads import LIST_ITEMS, MAP_VALUES
 
 __all__ = [
     "BUILTIN_GROUPS",
@@ -47,87 +58,6 @@ def group_of(api_version: object) -> str:
 def holds_pods(group: str, kind: str, table: WorkloadTable = DEFAULT_TABLE) -> bool:
     """Whether objects of this group and kind contain pod specs the table locates."""
     return table.holds_pods(group, kind)
-
-
-class UnreadableObject(ValueError):
-    """The object has a field of a type no Kubernetes object could have there."""
-
-    def __init__(self, path: str, problem: str) -> None:
-        super().__init__(f"{path}: {problem}")
-        self.path = path
-        self.problem = problem
-
-
-def pointer(*segments: str | int) -> str:
-    """A JSON pointer (RFC 6901) with `~` and `/` escaped in each segment."""
-    return "".join("/" + str(s).replace("~", "~0").replace("/", "~1") for s in segments)
-
-
-def _dotted(prefix: str, *segments: str | int) -> str:
-    """A kubectl-style field path for messages: spec.containers[0].resources."""
-    out = prefix
-    for seg in segments:
-        if isinstance(seg, int):
-            out += f"[{seg}]"
-        elif "." in seg or "/" in seg:
-            out += f'["{seg}"]'
-        else:
-            out += f".{seg}" if out else seg
-    return out
-
-
-def _mapping(value: Any, where: str) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise UnreadableObject(where, f"expected an object, found {type(value).__name__}")
-    return value
-
-
-def _list_of_mappings(value: Any, where: str) -> list[dict[str, Any]]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise UnreadableObject(where, f"expected a list, found {type(value).__name__}")
-    for i, item in enumerate(value):
-        if not isinstance(item, dict):
-            raise UnreadableObject(
-                f"{where}[{i}]", f"expected an object, found {type(item).__name__}"
-            )
-    return value
-
-
-def _text(obj: dict[str, Any], key: str, where: str) -> str:
-    value = obj.get(key)
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise UnreadableObject(f"{where}.{key}", f"expected a string, found {type(value).__name__}")
-    return value
-
-
-def _claim_refs(value: Any, where: str) -> tuple[tuple[str, str], ...]:
-    """(claim, request) of each `resources.claims` entry: the pod's DRA claims a container
-    uses, all of a claim's requests when `request` is empty."""
-    refs = []
-    for i, ref in enumerate(_list_of_mappings(value, where)):
-        name, request = (_text(ref, key, f"{where}[{i}]") for key in ("name", "request"))
-        if name:
-            refs.append((name, request))
-    return tuple(refs)
-
-
-def _pod_claims(value: Any, where: str) -> tuple[tuple[str, str, str], ...]:
-    """(name, resourceClaimTemplateName, resourceClaimName) of each `spec.resourceClaims`."""
-    claims = []
-    for i, claim in enumerate(_list_of_mappings(value, where)):
-        name, template, existing = (
-            _text(claim, key, f"{where}[{i}]")
-            for key in ("name", "resourceClaimTemplateName", "resourceClaimName")
-        )
-        if name:
-            claims.append((name, template, existing))
-    return tuple(claims)
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,32 +161,6 @@ class PodView:
         return (c for c in self.containers if c.runs_alongside and not c.ephemeral)
 
 
-def _walk(
-    node: Any, segments: tuple[str, ...], done: tuple[str | int, ...]
-) -> Iterator[tuple[tuple[str | int, ...], Any]]:
-    """Yield (path, value) for each place `segments` reaches; absent branches yield nothing."""
-    if not segments:
-        yield done, node
-        return
-    head, rest = segments[0], segments[1:]
-    if head in (LIST_ITEMS, MAP_VALUES):  # either walks list items and map values alike
-        if isinstance(node, list):
-            for i, item in enumerate(node):
-                yield from _walk(item, rest, (*done, i))
-        elif isinstance(node, dict):  # replica-spec maps: {Master: {...}, Worker: {...}}
-            for key, item in node.items():
-                yield from _walk(item, rest, (*done, key))
-        return
-    if not isinstance(node, dict):
-        if node is not None:
-            raise UnreadableObject(
-                _dotted("", *done) or "object", f"expected an object, found {type(node).__name__}"
-            )
-        return
-    if head in node and node[head] is not None:
-        yield from _walk(node[head], rest, (*done, head))
-
-
 _NONE: tuple[dict[str, Fraction], dict[str, Any]] = ({}, {})
 
 
@@ -291,31 +195,11 @@ def _slots(
     """(slot, container, list name, field path) for every container the pod spec holds."""
     for list_name in ("initContainers", "containers", "ephemeralContainers"):
         where = f"{spec_path}.{list_name}"
-        for i, c in enumerate(_list_of_mappings(spec.get(list_name), where)):
+        for i, c in enumerate(list_of_mappings(spec.get(list_name), where)):
             yield (list_name, i), c, list_name, f"{where}[{i}]"
     for key in inline:
         if spec.get(key) is not None:
-            yield (key,), _mapping(spec[key], f"{spec_path}.{key}"), "", f"{spec_path}.{key}"
-
-
-def _lists_ok(c: dict[str, Any], fields: tuple[str, ...]) -> bool:
-    """Whether each field is absent or a list of objects: the common case, checked without
-    building the field paths a message would need."""
-    for f in fields:
-        value = c.get(f)
-        if value is not None and (
-            type(value) is not list or not all(type(i) is dict for i in value)
-        ):
-            return False
-    return True
-
-
-def _maps_ok(c: dict[str, Any], fields: tuple[str, ...]) -> bool:
-    for f in fields:
-        value = c.get(f)
-        if value is not None and type(value) is not dict:
-            return False
-    return True
+            yield (key,), mapping(spec[key], f"{spec_path}.{key}"), "", f"{spec_path}.{key}"
 
 
 _CONTAINER_LISTS = ("env", "envFrom", "volumeMounts")
@@ -332,19 +216,19 @@ def _containers(
     views: list[ContainerView] = []
     for slot, c, list_name, cpath in _slots(spec, spec_path, inline):
         # Field paths are built only for a message: most objects are well-formed.
-        if not _lists_ok(c, _CONTAINER_LISTS):
+        if not lists_ok(c, _CONTAINER_LISTS):
             for list_field in _CONTAINER_LISTS:
-                _list_of_mappings(c.get(list_field), f"{cpath}.{list_field}")
-        if not _maps_ok(c, _CONTAINER_MAPS):
+                list_of_mappings(c.get(list_field), f"{cpath}.{list_field}")
+        if not maps_ok(c, _CONTAINER_MAPS):
             for map_field in _CONTAINER_MAPS:
-                _mapping(c.get(map_field), f"{cpath}.{map_field}")
+                mapping(c.get(map_field), f"{cpath}.{map_field}")
         res = c.get("resources")
         if res is None:
             res = {}
-        elif type(res) is not dict or not _maps_ok(res, _RESOURCE_MAPS):
-            res = _mapping(res, f"{cpath}.resources")
+        elif type(res) is not dict or not maps_ok(res, _RESOURCE_MAPS):
+            res = mapping(res, f"{cpath}.resources")
             for section in _RESOURCE_MAPS:
-                _mapping(res.get(section), f"{cpath}.resources.{section}")
+                mapping(res.get(section), f"{cpath}.resources.{section}")
         limits = res.get("limits") or {}
         requests = res.get("requests") or {}
         gl, rgl = _gpu_quantities(limits, cpath, "limits", is_gpu)
@@ -365,7 +249,7 @@ def _containers(
                 asks_gpu=any(v > 0 for v in gl.values()) or any(v > 0 for v in gr.values()),
                 sidecar=list_name == "initContainers" and is_sidecar(c),
                 ephemeral=list_name == "ephemeralContainers",
-                claims=_claim_refs(claims, f"{cpath}.resources.claims") if claims else (),
+                claims=claim_refs(claims, f"{cpath}.resources.claims") if claims else (),
             )
         )
     return tuple(views)
@@ -405,9 +289,9 @@ def _replica_count(obj: dict[str, Any], path: tuple[str, ...] | None) -> int:
 
 
 def _check_pod_fields(spec: dict[str, Any], spec_path: str) -> None:
-    if not _lists_ok(spec, ("tolerations", "volumes")):
+    if not lists_ok(spec, ("tolerations", "volumes")):
         for list_name in ("tolerations", "volumes"):
-            _list_of_mappings(spec.get(list_name), f"{spec_path}.{list_name}")
+            list_of_mappings(spec.get(list_name), f"{spec_path}.{list_name}")
     for text_field in ("priorityClassName", "nodeName", "serviceAccountName"):
         value = spec.get(text_field)
         if value is not None and not isinstance(value, str):
@@ -421,12 +305,12 @@ def _lone_container(
     raw: dict[str, Any], where: str, key: str, is_gpu: Callable[[str], bool]
 ) -> ContainerView:
     """A container-like object outside any pod spec (TrainJob's spec.trainer)."""
-    res = _mapping(raw.get(key), f"{where}.{key}")
-    limits = _mapping(res.get("limits"), f"{where}.{key}.limits")
-    requests = _mapping(res.get("requests"), f"{where}.{key}.requests")
+    res = mapping(raw.get(key), f"{where}.{key}")
+    limits = mapping(res.get("limits"), f"{where}.{key}.limits")
+    requests = mapping(res.get("requests"), f"{where}.{key}.requests")
     gl, rgl = _gpu_quantities(limits, where, "limits", is_gpu, key)
     gr, rgr = _gpu_quantities(requests, where, "requests", is_gpu, key)
-    _list_of_mappings(raw.get("env"), f"{where}.env")
+    list_of_mappings(raw.get("env"), f"{where}.env")
     return ContainerView(
         raw=raw,
         slot=("containers", 0),
@@ -467,9 +351,9 @@ def pod_views(
     views = []
     replicas = _replica_count(obj, workload.replicas)
     for segments in workload.spec_paths:
-        for where, spec in _walk(obj, segments, ()):
-            spec_path = _dotted("", *where)
-            spec = _mapping(spec, spec_path)
+        for where, spec in walk(obj, segments, ()):
+            spec_path = dotted("", *where)
+            spec = mapping(spec, spec_path)
             meta = _parent_meta(obj, where)
             _check_pod_fields(spec, spec_path)
             views.append(
@@ -485,7 +369,7 @@ def pod_views(
                     mutable=workload.mutate,
                     shm=workload.shm,
                     runtime=workload.runtime,
-                    resource_claims=_pod_claims(
+                    resource_claims=pod_claims(
                         spec.get("resourceClaims"), f"{spec_path}.resourceClaims"
                     ),
                 )
@@ -500,9 +384,9 @@ def _container_path_views(
     """One view per container-like object: a pod spec of that one container, never patched."""
     views = []
     for segments, key in workload.container_paths:
-        for where, raw in _walk(obj, segments, ()):
-            path = _dotted("", *where)
-            container = _lone_container(_mapping(raw, path), path, key, is_gpu)
+        for where, raw in walk(obj, segments, ()):
+            path = dotted("", *where)
+            container = _lone_container(mapping(raw, path), path, key, is_gpu)
             views.append(
                 PodView(
                     spec={"containers": [container.raw]},
