@@ -16,8 +16,9 @@ from webhook.audit.run import AuditResult
 from webhook.engine.compiled import CompiledRuleSet
 from webhook.engine.podviews import BUILTIN_GROUPS
 from webhook.engine.workloads import DEFAULT_TABLE, WorkloadTable
-from webhook.facts.live import LiveCache, pages
+from webhook.facts.live import LiveCache
 from webhook.facts.model import FactsSource
+from webhook.facts.watched import pages
 
 __all__ = [
     "MAX_RESULTS",

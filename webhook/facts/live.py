@@ -38,8 +38,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -56,67 +55,28 @@ from webhook.facts.model import (
     PodGpus,
     PriorityClass,
     Quota,
-    ServingRuntime,
     Usage,
 )
-from webhook.facts.provisioning import machine_group_shapes, node_pool_shapes
+from webhook.facts.relist import Fresh, Shapes
 from webhook.facts.reservations import Reservations
+from webhook.facts.watched import (
+    DRA_KINDS,
+    KINDS,
+    PROVISIONING_KINDS,
+    SERVING_KINDS,
+    SHAPES,
+    Kind,
+    describe,
+    lines_until_cut,
+    pages,
+)
 
 __all__ = ["DRA_KINDS", "KINDS", "PROVISIONING_KINDS", "SERVING_KINDS", "LiveCache", "pages"]
 
 log = logging.getLogger("gpu-admission.cache")
 
 
-@dataclass(frozen=True)
-class Kind:
-    """How to list and watch one resource kind with the kubernetes client."""
-
-    name: str  # the resource's plural
-    api: str  # "core", "scheduling" or "custom" (a CRD, through CustomObjectsApi)
-    method: str  # list function on that API class
-    # Most objects per list page, below the cache's page size: a page is held whole while it
-    # is read, and a ConfigMap may hold 1 MiB (20 of them stay far below the memory limit).
-    max_page: int | None = None
-    group: str = ""  # a custom kind's API group and version
-    version: str = ""
-
-
-KINDS = (
-    Kind("namespaces", "core", "list_namespace"),
-    Kind("nodes", "core", "list_node"),
-    Kind("resourcequotas", "core", "list_resource_quota_for_all_namespaces"),
-    Kind("priorityclasses", "scheduling", "list_priority_class"),
-    Kind("pods", "core", "list_pod_for_all_namespaces"),
-    Kind("configmaps", "core", "list_config_map_for_all_namespaces", max_page=20),
-)
-
-# The autoscalers' objects: CRDs that may not be installed, so never part of `synced`.
-_CUSTOM = "list_cluster_custom_object"
-PROVISIONING_KINDS = (
-    Kind("nodepools", "custom", _CUSTOM, group="karpenter.sh", version="v1"),
-    Kind("machinesets", "custom", _CUSTOM, group="cluster.x-k8s.io", version="v1beta1"),
-    Kind("machinedeployments", "custom", _CUSTOM, group="cluster.x-k8s.io", version="v1beta1"),
-    Kind("machinepools", "custom", _CUSTOM, group="cluster.x-k8s.io", version="v1beta1"),
-)
-_SHAPES: dict[str, Callable[[dict[str, Any]], tuple[Node, ...] | None]] = {
-    "nodepools": node_pool_shapes,
-    "machinesets": machine_group_shapes,
-    "machinedeployments": machine_group_shapes,
-    "machinepools": machine_group_shapes,
-}
-# DRA (resource.k8s.io/v1), optional the same way: a 404 means the cluster does not serve it.
-DRA_KINDS = tuple(
-    Kind(n, "custom", _CUSTOM, group="resource.k8s.io", version="v1") for n in dra.KINDS
-)
-# KServe's ServingRuntimes and ClusterServingRuntimes, optional the same way (404: KServe is
-# not installed); kept as `webhook.facts.servingruntimes` reduces them.
-SERVING_KINDS = tuple(
-    Kind(n, "custom", _CUSTOM, group="serving.kserve.io", version="v1alpha1")
-    for n in servingruntimes.KINDS
-)
 _OPTIONAL = PROVISIONING_KINDS + DRA_KINDS + SERVING_KINDS
-# (namespace, name) -> the object's shapes, None for one that cannot be told.
-_Shapes = dict[tuple[str, str], tuple[Node, ...] | None]
 
 # What a namespace without a relevant ConfigMap hands out: known, and empty.
 _NO_CONFIG_MAPS: Mapping[str, Mapping[str, str]] = MappingProxyType({})
@@ -158,7 +118,7 @@ class LiveCache:
         self._config_maps: dict[str, dict[str, dict[str, str]]] = {}
         # Autoscaler kinds: listed ones hold their objects' shapes; `_absent` are not installed;
         # a kind in neither is unknown (not listed yet, or forbidden).
-        self._autoscaling: dict[str, _Shapes] = {}
+        self._autoscaling: dict[str, Shapes] = {}
         self._absent: set[str] = set()
         self._provisionable: tuple[Node, ...] | None = None  # rebuilt whole on each change
         self._dra = dra.DraCache()  # DeviceClasses, claim templates and claims
@@ -325,7 +285,7 @@ class LiveCache:
                 if kind in _OPTIONAL and self._not_served(kind, exc):
                     self._stop.wait(self.recheck_seconds)
                     continue
-                log.warning("%s: %s; retrying in %.1fs", kind.name, _describe(exc), backoff)
+                log.warning("%s: %s; retrying in %.1fs", kind.name, describe(exc), backoff)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, self.max_backoff)
 
@@ -336,7 +296,7 @@ class LiveCache:
         the cluster; readers keep seeing the previous state until the swap, never a half-list;
         and whatever was deleted while the watch was down is gone afterwards.
         """
-        fresh = _Fresh(self._node_product)
+        fresh = Fresh(self._node_product)
         count, version = 0, ""
         size = min(self.page_size, kind.max_page or self.page_size)
         for items, meta in pages(self._list_fn(kind), size):
@@ -366,7 +326,7 @@ class LiveCache:
         self._responses[kind.name] = resp
         self._contact[kind.name] = time.monotonic()
         try:
-            for line in _lines_until_cut(resp, kind.name):
+            for line in lines_until_cut(resp, kind.name):
                 event = orjson.loads(line)
                 kind_of, obj = event.get("type"), event.get("object") or {}
                 if kind_of == "ERROR":
@@ -384,7 +344,7 @@ class LiveCache:
 
     # ---- applying objects -------------------------------------------------------------
 
-    def _swap(self, kind: str, fresh: _Fresh) -> None:
+    def _swap(self, kind: str, fresh: Fresh) -> None:
         with self._lock:
             if kind == "pods":
                 self._pods, self._usage = fresh.pods, fresh.usage
@@ -399,7 +359,7 @@ class LiveCache:
                 self._classes = fresh.classes
             elif kind == "configmaps":
                 self._config_maps = fresh.config_maps
-            elif kind in _SHAPES:
+            elif kind in SHAPES:
                 self._autoscaling[kind] = fresh.autoscaling
                 self._absent.discard(kind)
                 self._provisionable = self._provisionable_now()
@@ -477,12 +437,12 @@ class LiveCache:
                 if owner and self.reservations is not None:
                     # The claim made for an admitted pod now counts: its hold has done its job.
                     self.reservations.release_for(PodGpus(ns, owner, "", {}))
-            elif kind in _SHAPES:
+            elif kind in SHAPES:
                 shapes = dict(self._autoscaling.get(kind, {}))
                 if deleted:
                     shapes.pop((ns, name), None)
                 else:
-                    shapes[(ns, name)] = _SHAPES[kind](obj)
+                    shapes[(ns, name)] = SHAPES[kind](obj)
                 self._autoscaling[kind] = shapes
                 self._provisionable = self._provisionable_now()
 
@@ -520,103 +480,3 @@ class LiveCache:
     def _count(self, pod: PodGpus, sign: int) -> None:
         """A new usage total for the pod's namespace; readers may hold the old one."""
         self._usage[pod.namespace] = self._usage.get(pod.namespace, EMPTY_USAGE).plus([pod], sign)
-
-
-def pages(
-    fn: Callable[..., Any], page_size: int, **kwargs: Any
-) -> Iterator[tuple[list[dict[str, Any]], dict[str, Any]]]:
-    """(items, list metadata) of each page of a paged list (`limit` + `continue`).
-
-    Raw JSON through orjson, not the client's models: a page of 500 pods deserialised into
-    V1Pod objects costs seconds. The last page's metadata holds the list's resourceVersion.
-    """
-    token: str | None = None
-    while True:
-        args: dict[str, Any] = {"limit": page_size, "_preload_content": False, **kwargs}
-        if token:
-            args["_continue"] = token
-        resp = fn(**args)
-        try:
-            body = orjson.loads(resp.data)
-        finally:
-            resp.release_conn()
-        meta = body.get("metadata") or {}
-        yield body.get("items") or [], meta
-        token = meta.get("continue")
-        if not token:
-            return
-
-
-class _Fresh:
-    """A relist being built: the same shapes as the cache's, filled page by page."""
-
-    def __init__(self, node_product: Callable[[str], str]) -> None:
-        self.node_product = node_product
-        self.pods: dict[tuple[str, str], PodGpus] = {}
-        self.usage: dict[str, Usage] = defaultdict(Usage)
-        self.namespaces: dict[str, dict[str, str]] = {}
-        self.nodes: dict[str, Node] = {}
-        self.quotas: dict[str, dict[str, Quota]] = defaultdict(dict)
-        self.classes: dict[str, PriorityClass] = {}
-        self.config_maps: dict[str, dict[str, dict[str, str]]] = {}
-        self.autoscaling: _Shapes = {}
-        self.dra: list[tuple[str, str, Any]] = []  # one DRA kind's objects, `dra.reduce`d
-        self.runtimes: list[tuple[str, ServingRuntime]] = []  # `servingruntimes.reduce`d
-
-    def add(self, kind: str, obj: dict[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
-        name = meta.get("name", "")
-        if kind == "pods":
-            pod = objects.pod_summary(obj, self.node_product)
-            if pod is not None:
-                self.pods[(pod.namespace, pod.name)] = pod
-                if pod.phase not in TERMINATED:
-                    self.usage[pod.namespace].add(pod)
-        elif kind == "namespaces":
-            self.namespaces[name] = dict(meta.get("labels") or {})
-        elif kind == "nodes":
-            self.nodes[name] = objects.node(obj)
-        elif kind == "resourcequotas":
-            quota = objects.quota(obj)
-            self.quotas[quota.namespace][quota.name] = quota
-        elif kind == "priorityclasses":
-            self.classes[name] = objects.priority_class(obj)
-        elif kind == "configmaps":
-            keys = objects.config_map_keys(obj)
-            if keys:
-                self.config_maps.setdefault(meta.get("namespace", ""), {})[name] = keys
-        elif kind in _SHAPES:
-            self.autoscaling[(meta.get("namespace", ""), name)] = _SHAPES[kind](obj)
-        elif kind in dra.KINDS:
-            self.dra.append(dra.reduce(kind, obj))
-        elif kind in servingruntimes.KINDS:
-            self.runtimes.append(servingruntimes.reduce(kind, obj))
-
-
-def _lines_until_cut(resp: Any, kind: str) -> Iterator[bytes]:
-    """JSON lines of a watch stream, however the chunks split them.
-
-    A connection cut mid-stream just ends the lines: the caller resumes the watch from the
-    last resourceVersion it saw, as client-go's reflector does, without a relist.
-    """
-    import urllib3
-
-    buffer = b""
-    try:
-        for chunk in resp.stream(64 * 1024, decode_content=False):
-            buffer += chunk
-            while b"\n" in buffer:
-                line, buffer = buffer.split(b"\n", 1)
-                if line.strip():
-                    yield line
-    except (urllib3.exceptions.HTTPError, OSError) as exc:
-        log.info("%s: watch connection cut (%s); resuming", kind, type(exc).__name__)
-        time.sleep(0.05)  # a server that cuts every stream at once must not spin us
-        return
-    if buffer.strip():
-        yield buffer
-
-
-def _describe(exc: Exception) -> str:
-    status = getattr(exc, "status", None)
-    return f"HTTP {status}" if status else f"{type(exc).__name__}: {exc}"
