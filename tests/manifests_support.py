@@ -35,7 +35,7 @@ NAMESPACE = "gpu-admission"
 SERVICE_DNS = f"gpu-admission.{NAMESPACE}.svc"
 KUBECTL = shutil.which("kubectl")
 
-RULES: RuleSet = load_rules(ROOT / "rules")  # what the ConfigMap ships
+RULES: RuleSet = load_rules(ROOT / "manifests" / "base" / "rules")  # what the ConfigMap ships
 
 
 # --- rendering ---------------------------------------------------------------------------------

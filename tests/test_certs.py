@@ -64,6 +64,9 @@ def test_generate_never_replaces_a_ca_unless_forced_and_lists_what_it_wrote(
 
     code, _, _ = _cli("certs", "generate", "--out", str(tmp_path), "--if-missing")
     assert code == 0 and (tmp_path / "ca.crt").read_bytes() == ca
+    (tmp_path / "tls.key").unlink()  # incomplete: --if-missing cannot keep it as it is
+    code, _, err = _cli("certs", "generate", "--out", str(tmp_path), "--if-missing")
+    assert code == 2 and "it lacks tls.key" in err and "--force" in err
     code, _, _ = _cli("certs", "generate", "--out", str(tmp_path), "--force")
     assert code == 0 and (tmp_path / "ca.crt").read_bytes() != ca
 

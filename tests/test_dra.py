@@ -352,6 +352,11 @@ def test_a_snapshot_claim_object_without_a_namespace_is_refused_naming_it() -> N
             {"containers": [{"name": "c", "resources": {"claims": "gpu"}}]},
             "spec.containers[0].resources.claims",
         ),
+        # Empty, but not a list: as wrong as any other non-list (never skipped for being falsy).
+        (
+            {"containers": [{"name": "c", "resources": {"claims": {}}}]},
+            "spec.containers[0].resources.claims",
+        ),
         (
             {"containers": [{"name": "c", "resources": {"claims": [{"name": "g", "request": 1}]}}]},
             "spec.containers[0].resources.claims[0].request",

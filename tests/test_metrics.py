@@ -59,9 +59,19 @@ def test_latency_buckets_count_as_prometheus_does_bounds_included() -> None:
     for seconds in (0.0005, 0.0007, 2.0):
         tally.observe("validate", seconds)
     (histogram,) = [f for f in tally.collect() if f.name == "gpu_admission_request_seconds"]
-    buckets = {s.labels["le"]: s.value for s in histogram.samples if s.name.endswith("_bucket")}
+    buckets = {
+        s.labels["le"]: s.value
+        for s in histogram.samples
+        if s.name.endswith("_bucket") and s.labels["endpoint"] == "validate"
+    }
     assert buckets["0.0005"] == 1  # le: a value on the bound falls in that bucket
     assert buckets["0.001"] == 2
     assert buckets["1.0"] == 2 and buckets["+Inf"] == 3
-    (total,) = [s.value for s in histogram.samples if s.name.endswith("_sum")]
+    counts = {s.labels["endpoint"]: s.value for s in histogram.samples if s.name.endswith("_count")}
+    assert counts == {"mutate": 0, "validate": 3}  # both exist from the start
+    (total,) = [
+        s.value
+        for s in histogram.samples
+        if s.name.endswith("_sum") and s.labels["endpoint"] == "validate"
+    ]
     assert total == 2.0012

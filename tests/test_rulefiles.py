@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -310,3 +311,49 @@ def test_an_unquoted_off_is_the_mode_off_and_an_unquoted_on_is_explained(
     assert resolve.resolve(rules, "lab", None).rules.rules.gpu_memory_limit.mode == "off"
     with pytest.raises(RuleFileError, match="YAML read this value as true"):
         load_rules(_folder(tmp_path / "on", **{"a.yaml": "mode: on\n"}))
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "expected"),
+    [
+        # A name that is no plain value: refused by validation, naming the field, never a crash.
+        (
+            "overrides:\n  - {name: lab, namespaces: [lab], rules: {}}\n",
+            "overrides:\n  - {name: [lab], namespaces: [lab], rules: {}}\n",
+            "overrides.1.name",
+        ),
+        (
+            "workloads:\n  - {group: a.io, kind: A, resource: as, versions: [v1], "
+            "podSpecs: [spec]}\n",
+            "workloads:\n  - {group: a.io, kind: {x: 1}, resource: as, versions: [v1], "
+            "podSpecs: [spec]}\n",
+            "workloads.1.kind",
+        ),
+        # One file naming an override twice is refused as it would be alone, not merged.
+        (
+            "overrides:\n  - {name: lab, namespaces: [lab], rules: {}}\n",
+            "overrides:\n  - {name: lab, namespaces: [a], rules: {}}\n"
+            "  - {name: lab, namespaces: [b], rules: {}}\n",
+            "override names must be unique: lab",
+        ),
+    ],
+)
+def test_layering_refuses_what_it_cannot_key_naming_it(
+    tmp_path: Path, first: str, second: str, expected: str
+) -> None:
+    folder = _folder(tmp_path, **{"a.yaml": first, "b.yaml": second})
+    with pytest.raises(RuleFileError, match=re.escape(expected)):
+        load_rules(folder)
+
+
+def test_an_unquoted_off_and_a_quoted_one_are_the_same_setting_in_overrides(
+    tmp_path: Path,
+) -> None:
+    from webhook.rulecli.commands import conflicts
+
+    text = (
+        "overrides:\n"
+        "  - {name: a, namespaces: [lab], rules: {gpu-shm: {mode: off}}}\n"
+        '  - {name: b, namespaces: [lab], rules: {gpu-shm: {mode: "off"}}}\n'
+    )
+    assert conflicts(load_rules(_folder(tmp_path, **{"a.yaml": text}))) == []

@@ -52,5 +52,11 @@ def test_the_environment_then_a_local_rules_folder_are_used(tmp_path: Path) -> N
     local.mkdir()
     (local / "a.yaml").write_text("mode: audit\n")
     assert _run(tmp_path, "audit", "pod.yaml").returncode == 0  # ./rules: shadow mode
+    # The environment wins over ./rules; a broken ./rules says it was found implicitly.
+    env = _run(tmp_path, "audit", "pod.yaml", GPU_ADMISSION_RULES=str(quiet))
+    assert env.returncode == 0
+    (local / "a.yaml").write_text("groups: [prometheus]\n")  # some other tool's rules
+    broken = _run(tmp_path, "audit", "pod.yaml")
+    assert broken.returncode == 2 and "found in the working directory" in broken.stderr
     given = _run(tmp_path, "audit", "pod.yaml", "--rules", str(tmp_path / "missing"))
     assert given.returncode == 2 and "missing: not a folder of rule files" in given.stderr

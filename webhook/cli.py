@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import os
 import sys
@@ -31,9 +32,17 @@ def _certs_generate(args: argparse.Namespace) -> int:
         return 0
     if not args.force and (existing.ca_cert.exists() or existing.ca_key.exists()):
         # A new CA invalidates every caBundle already injected and every cert it signed.
+        missing = [
+            p.name for p in (existing.ca_cert, existing.cert, existing.key) if not p.is_file()
+        ]
+        keep = (
+            f"it lacks {', '.join(missing)}, so it cannot be kept as it is"
+            if args.if_missing
+            else "or --if-missing to keep it"
+        )
         print(
             f"gpu-admission: {out}/ already holds a CA ({existing.ca_cert.name}); pass --force "
-            "to replace it (then inject the new CA bundle again), or --if-missing to keep it",
+            f"to replace it (then inject the new CA bundle again); {keep}",
             file=sys.stderr,
         )
         return 2
@@ -82,6 +91,9 @@ def _serve(args: argparse.Namespace) -> int:
     from webhook.server.limits import Limits
 
     setup(args.log_level, args.log_format)
+    from webhook.ruleset.files import rules_origin
+
+    logging.getLogger("gpu-admission").info("rules from %s", rules_origin(args.rules))
     limits = Limits(
         max_body=int(args.max_body_mib * MIB),
         body_memory=int(args.body_memory_mib * MIB),

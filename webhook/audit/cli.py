@@ -59,13 +59,13 @@ def run_audit(args: argparse.Namespace) -> int:
     # none: collecting the young generation less often saves a fifth of the run.
     gc.set_threshold(50_000, 50, 50)
     from webhook.audit.manifests import read_sources
-    from webhook.ruleset.files import RuleFileError, load_rules, rules_folder
+    from webhook.ruleset.files import RuleFileError, load_rules, rules_folder, rules_origin
 
     try:
         rules = compile_rules(load_rules(rules_folder(args.rules)))
         cluster = load_snapshot(args.cluster_snapshot) if args.cluster_snapshot else None
     except RuleFileError as exc:
-        return _fail(f"the rules in {rules_folder(args.rules)} cannot be loaded:\n{exc}")
+        return _fail(f"the rules in {rules_origin(args.rules)} cannot be loaded:\n{exc}")
     except SnapshotError as exc:
         return _fail(f"cluster snapshot: {exc}")
     if args.write_reports and not args.cluster:

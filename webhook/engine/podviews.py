@@ -249,7 +249,9 @@ def _containers(
                 asks_gpu=any(v > 0 for v in gl.values()) or any(v > 0 for v in gr.values()),
                 sidecar=list_name == "initContainers" and is_sidecar(c),
                 ephemeral=list_name == "ephemeralContainers",
-                claims=claim_refs(claims, f"{cpath}.resources.claims") if claims else (),
+                claims=(
+                    claim_refs(claims, f"{cpath}.resources.claims") if claims is not None else ()
+                ),
             )
         )
     return tuple(views)

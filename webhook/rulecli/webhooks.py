@@ -1,12 +1,13 @@
 """The webhook configurations, generated from a rule set: what the apiserver sends us.
 
-`gpu-admission rules webhooks rules/` prints both configurations. Their rules come from the
-workload table (shipped kinds plus the rule set's `workloads:`), their namespaceSelector from
-the exempt namespaces, and their `gpu-workload` matchCondition (CEL) from the same table and
-from the names the rules use: GPU resources, GPU taint keys, GPU node-label prefixes and host
-device paths. So a CRD declared in a rule file is routed, and a resource name added to
-`gpuResources` is selected, with no hand edit; manifests/base/webhooks.yaml is this output for
-the shipped rules/ (a test keeps them equal).
+`gpu-admission rules webhooks manifests/base/rules` prints both configurations. Their rules
+come from the workload table (shipped kinds plus the rule set's `workloads:`), their
+namespaceSelector from the exempt namespaces, and their `gpu-workload` matchCondition (CEL)
+from the same table and from the names the rules use: GPU resources, GPU taint keys, GPU
+node-label prefixes and host device paths. So a CRD declared in a rule file is routed, and a
+resource name added to `gpuResources` is selected, with no hand edit;
+manifests/base/webhooks.yaml is this output for manifests/base/rules, the rules the
+ConfigMap deploys (a test keeps them equal).
 """
 
 from __future__ import annotations
@@ -332,7 +333,7 @@ def _rules_yaml(table: WorkloadTable) -> str:
 
 HEADER = """\
 # How the apiserver calls gpu-admission. Generated from the rule set by
-#   gpu-admission rules webhooks rules/ > manifests/base/webhooks.yaml
+#   gpu-admission rules webhooks manifests/base/rules > manifests/base/webhooks.yaml
 # so edit the rule files (workloads, gpuResources, exemptions...) and generate again; do not
 # edit this file by hand (tests/test_manifests.py fails when it differs from the output).
 # Both configurations route the same objects, with the same namespaceSelector and

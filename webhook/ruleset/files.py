@@ -195,11 +195,21 @@ def _scalar(loader: Any, event: yaml.ScalarEvent, line: int) -> Any:
 
 # Lists whose items are keyed: a later file's item of the same key replaces the earlier one,
 # other items are added. Every other list, and every scalar, is replaced whole.
+def _override_key(item: Any) -> Any:
+    name = item.get("name") if isinstance(item, dict) else None
+    return name if isinstance(name, str) else None  # anything else: validation names it
+
+
+def _workload_key(item: Any) -> Any:
+    if not isinstance(item, dict):
+        return None
+    group, kind = item.get("group", ""), item.get("kind")
+    return (group, kind) if isinstance(group, str) and isinstance(kind, str) else None
+
+
 _KEYED_LISTS: dict[str, Callable[[Any], Any]] = {
-    "overrides": lambda item: item.get("name") if isinstance(item, dict) else None,
-    "workloads": lambda item: (
-        (item.get("group", ""), item.get("kind")) if isinstance(item, dict) else None
-    ),
+    "overrides": _override_key,
+    "workloads": _workload_key,
 }
 
 
@@ -236,8 +246,11 @@ def _layer(
             ):
                 key_of = _KEYED_LISTS[key]
                 index = {key_of(item): i for i, item in enumerate(old) if key_of(item) is not None}
+                mine: set[Any] = set()  # one file naming an entry twice keeps both: refused
                 for j, item in enumerate(value):
-                    i = index.get(key_of(item)) if key_of(item) is not None else None
+                    name = key_of(item)
+                    i = index.get(name) if name is not None and name not in mine else None
+                    mine.add(name)
                     if i is None:
                         i = len(old)
                         old.append(item)
@@ -305,6 +318,20 @@ def rules_folder(given: str | Path | None) -> Path | None:
         return Path(os.environ[RULES_ENV])
     here = Path("rules")
     return here if here.is_dir() else None
+
+
+def rules_origin(given: str | Path | None) -> str:
+    """Where `rules_folder(given)` found the rules, said for messages and the start-up log: a
+    ./rules picked up from the working directory may be some other tool's rules."""
+    if given:
+        return str(given)
+    if os.environ.get(RULES_ENV):
+        return f"{os.environ[RULES_ENV]} (from ${RULES_ENV})"
+    if Path("rules").is_dir():
+        return (
+            "./rules (found in the working directory; --rules or $GPU_ADMISSION_RULES pick another)"
+        )
+    return "the built-in defaults (no rules folder)"
 
 
 def load_rules_with_sources(folder: Path | str | None) -> LoadedRules:

@@ -414,6 +414,20 @@ class Override(_Model):
     namespace_selector: LabelSelector | None = None
     rules: dict[str, dict[str, Any]]
 
+    @field_validator("rules", mode="before")
+    @classmethod
+    def _yaml_modes(cls, value: Any) -> Any:
+        """The settings stay raw (they merge onto the base), but an unquoted `off` is "off"
+        here too, so comparing two overrides' modes compares what they mean."""
+        if not isinstance(value, dict):
+            return value
+        return {
+            rule: {k: "off" if k == "mode" and v is False else v for k, v in cfg.items()}
+            if isinstance(cfg, dict)
+            else cfg
+            for rule, cfg in value.items()
+        }
+
     @model_validator(mode="after")
     def _selects_and_sets_something(self) -> Override:
         if not self.namespaces and self.namespace_selector is None:

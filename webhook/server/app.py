@@ -144,12 +144,12 @@ def _review_handler(stage: Stage) -> Handler:
             watch.lap("encode")
             fast = decision is None and not skipped(review, rules)
             record(endpoint, review, subject, decision, fast=fast)
-            TALLY.observe(endpoint, time.perf_counter() - started)
             watch.lap("metrics")
             # What an admitted pod holds until the watch shows it; never for a dry run.
             hold = decision.hold if decision is not None else None
             if hold is not None and source.reservations is not None and not review.dry_run:
                 source.reservations.hold(hold)
+            TALLY.observe(endpoint, time.perf_counter() - started)
             watch.lap("hold")
         finally:
             lease.release()
@@ -402,7 +402,6 @@ def serve(
     serves the probes and /metrics on the webhook port instead.
     """
     holder = RuleHolder(source=rules_dir)
-    log.info("rules from %s", rules_dir or "the built-in defaults (no rules folder)")
     holder.refresh()
     ctx = make_ssl_context(cert, key, client_ca)
     source = cluster_source(

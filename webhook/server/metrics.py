@@ -49,6 +49,11 @@ class _Tally(Collector):
         # endpoint -> (count per bucket, the last for > 1 s), and the sum of seconds
         self.latency: dict[str, list[int]] = {}
         self.latency_sum: dict[str, float] = {}
+        # Every endpoint's histogram exists from the start, as a labelled child created at
+        # start-up would: rate() and absent() see zeros on a fresh pod, not nothing.
+        for endpoint in ("mutate", "validate"):
+            self.latency[endpoint] = [0] * (len(BUCKETS) + 1)
+            self.latency_sum[endpoint] = 0.0
 
     def request(self, endpoint: str, kind: str, result: str) -> None:
         key = (endpoint, kind, result)
