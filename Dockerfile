@@ -1,12 +1,13 @@
-# Small, non-root image. Dependencies: exactly the versions and hashes of requirements.lock
-# (generated from pyproject.toml, see the README), then the project itself without them.
+# Small, non-root image. Dependencies, and the setuptools that builds the project: exactly the
+# versions and hashes of requirements.lock (generated from pyproject.toml, see the README);
+# then the project itself, built with those and nothing fetched.
 FROM python:3.11.11-slim-bookworm AS build
 WORKDIR /src
 COPY pyproject.toml README.md requirements.lock ./
 COPY webhook ./webhook
 RUN python -m venv /opt/venv \
     && /opt/venv/bin/pip install --no-cache-dir --require-hashes -r requirements.lock \
-    && /opt/venv/bin/pip install --no-cache-dir --no-deps .
+    && /opt/venv/bin/pip install --no-cache-dir --no-deps --no-build-isolation .
 
 FROM python:3.11.11-slim-bookworm
 COPY --from=build /opt/venv /opt/venv

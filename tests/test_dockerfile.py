@@ -134,6 +134,7 @@ def test_the_image_installs_the_project_from_pyproject() -> None:
     assert "--require-hashes" in locked and locked[locked.index("-r") + 1] == "requirements.lock"
     assert "requirements.lock" in copied
     assert "." in project and "--no-deps" in project
+    assert "--no-build-isolation" in project  # built with the locked setuptools, nothing else
 
 
 def test_the_image_runs_as_a_numeric_non_root_user_the_deployment_agrees_with() -> None:

@@ -85,3 +85,6 @@ def test_the_lock_pins_every_runtime_dependency_within_pyproject_with_hashes() -
         version = pins[name][0]
         assert requirement.specifier.contains(version, prereleases=True), (name, version)
     assert all(hashes >= 1 for _, hashes in pins.values()), "every pin needs its hashes"
+    for spec in PROJECT["optional-dependencies"]["build"]:  # what builds the project, too
+        requirement = Requirement(spec)
+        assert requirement.specifier.contains(pins[requirement.name][0]), spec
