@@ -260,16 +260,28 @@ def test_garbage_is_reported_not_crashed_on(tmp_path: Path, content: bytes) -> N
     assert doc["summary"]["objects"] == 3  # the good file after it was still audited
 
 
-def test_deeply_nested_yaml_inside_a_pod_is_audited(tmp_path: Path) -> None:
-    deep = tmp_path / "deep.yaml"
-    nested = "[" * 20_000 + "]" * 20_000
+def _nested_pod(tmp_path: Path, depth: int) -> Path:
+    deep = tmp_path / f"deep-{depth}.yaml"
+    nested = "[" * depth + "]" * depth
     deep.write_text(
         "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n"
         f"  containers: [{{name: a, image: x, args: {nested}}}]\n"
     )
-    result = run_audit(str(deep), "-o", "json")
+    return deep
+
+
+def test_deeply_nested_yaml_inside_a_pod_is_audited(tmp_path: Path) -> None:
+    result = run_audit(str(_nested_pod(tmp_path, 5_000)), "-o", "json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["summary"]["objects"] == 1
+
+
+def test_nesting_that_would_crash_the_yaml_library_is_an_input_error(tmp_path: Path) -> None:
+    # libyaml's C composer segfaults past ~20,000 levels: refused before it composes.
+    result = run_audit(str(_nested_pod(tmp_path, 100_000)), "-o", "json")
+    assert result.returncode == 2, result.stderr
+    (error,) = json.loads(result.stdout)["errors"]
+    assert "nested deeper than 10000 levels at line 5" in error["message"]
 
 
 def test_an_empty_file_is_fine(tmp_path: Path) -> None:
