@@ -320,3 +320,16 @@ def test_colour_only_on_a_terminal_and_never_with_no_color() -> None:
     assert not use_colour("table", Terminal(), True, {})
     assert not use_colour("table", io.StringIO(), False, {})
     assert not use_colour("json", Terminal(), False, {})
+
+
+def test_junit_agrees_with_the_exit_code_for_every_fail_on(tmp_path: Path) -> None:
+    # A GPU pod with warnings only (no memory limit, no probes): passing, or failing with
+    # --fail-on warn, and the XML says the same as the exit code either way.
+    warned = GOLDEN.parent / "golden" / "pod-no-memory-limit-no-probes" / "input.yaml"
+    for fail_on, code, failures in (("deny", 0, "0"), ("warn", 1, "1")):
+        result = run_audit(str(warned), "-o", "junit", "--fail-on", fail_on)
+        assert result.returncode == code, result.stderr
+        root = ET.fromstring(result.stdout)
+        assert root.get("failures") == failures
+        if failures == "1":
+            assert root.find(".//failure").get("type") == "warn"

@@ -43,6 +43,7 @@ def _report(
         active=rules.base.active_rules,
         unchecked=() if facts else rules.base.cluster_rules,
         colour=colour,
+        fail_on=args.fail_on,
     )
 
 

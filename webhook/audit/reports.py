@@ -113,9 +113,10 @@ def _json(items: Iterable[Item], summary: Summary, out: TextIO, unchecked: list[
     out.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2, default=str).decode() + "\n")
 
 
-def _junit(items: Iterable[Item], summary: Summary, out: TextIO) -> None:
-    """One testsuite per file, one testcase per object; denials are failures, input errors
-    are errors, and skipped kinds are skipped cases."""
+def _junit(items: Iterable[Item], summary: Summary, out: TextIO, fail_on: str = "deny") -> None:
+    """One testsuite per file, one testcase per object; denials are failures (and warnings,
+    with `--fail-on warn`, so the XML agrees with the exit code), input errors are errors,
+    and skipped kinds are skipped cases."""
     suites: dict[str, ET.Element] = {}
     for item in items:
         summary.add(item)
@@ -136,13 +137,17 @@ def _junit(items: Iterable[Item], summary: Summary, out: TextIO) -> None:
             suite, "testcase", classname=file, name=f"{_title(item)} ({item.source})"
         )
         findings = item.findings()
-        denials = [f for f in findings if f["verdict"] == "deny"]
-        if denials:
+        failing = ("deny", "warn") if fail_on == "warn" else ("deny",)
+        failed = [f for f in findings if f["verdict"] in failing]
+        if failed:
             failure = ET.SubElement(
-                case, "failure", message=denials[0]["message"][:200], type="deny"
+                case, "failure", message=failed[0]["message"][:200], type=failed[0]["verdict"]
             )
-            failure.text = "\n".join(f["message"] for f in denials)
-        others = [f"{f['verdict']}: {f['message']}" for f in findings if f["verdict"] != "deny"]
+            failure.text = "\n".join(
+                f["message"] if f["verdict"] == "deny" else f"{f['verdict']}: {f['message']}"
+                for f in failed
+            )
+        others = [f"{f['verdict']}: {f['message']}" for f in findings if f not in failed]
         if others:
             ET.SubElement(case, "system-out").text = "\n".join(others)
     root = ET.Element("testsuites", name="gpu-admission audit")
@@ -264,6 +269,7 @@ def write_report(
     unchecked: tuple[str, ...] = (),
     colour: bool = False,
     now: float | None = None,
+    fail_on: str = "deny",
 ) -> Summary:
     """Write `items` in `fmt` and return the counts (the caller turns them into an exit code).
 
@@ -277,7 +283,7 @@ def write_report(
     elif fmt == "json":
         _json(items, summary, out, skipped)
     elif fmt == "junit":
-        _junit(items, summary, out)
+        _junit(items, summary, out, fail_on)
     elif fmt == "policyreport":
         now = time.time() if now is None else now
         _policyreport(items, summary, out, active, now, skipped)
