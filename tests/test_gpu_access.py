@@ -15,7 +15,8 @@ from webhook.engine import compile_rules, evaluate, subject_for
 from webhook.engine.checks.isolation import covers_device_nodes, normalise
 from webhook.engine.reach import tolerates_taint
 from webhook.podrequest import effective_request
-from webhook.ruleset.models import DEFAULT_DEVICE_PATHS, RuleSet
+from webhook.ruleset.defaults import DEFAULT_DEVICE_PATHS
+from webhook.ruleset.models import RuleSet
 
 RULES = compile_rules(RuleSet())
 GPU_TAINT = ("nvidia.com/gpu", "present", "NoSchedule")

@@ -19,7 +19,8 @@ from typing import TypeVar
 
 from webhook.engine.compiled import CompiledRuleSet
 from webhook.engine.workloads import Workload, WorkloadTable
-from webhook.ruleset.models import DEFAULT_DEVICE_PATHS, RuleSet
+from webhook.ruleset.defaults import DEFAULT_DEVICE_PATHS
+from webhook.ruleset.models import RuleSet
 from webhook.ruleset.workloads import LIST_ITEMS, MAP_VALUES
 from webhook.selectors import is_pattern
 

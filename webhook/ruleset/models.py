@@ -22,6 +22,11 @@ from pydantic import (
 
 from webhook.quantity import QuantityError, parse_quantity
 from webhook.ruleset.base import StrictModel
+from webhook.ruleset.defaults import (
+    DEFAULT_DEVICE_PATHS,
+    DEFAULT_EXEMPT_NAMESPACES,
+    DEFAULT_GPU_RESOURCES,
+)
 from webhook.ruleset.workloads import WorkloadKind
 from webhook.selectors import LabelSelector, NamePatterns, is_pattern
 
@@ -183,11 +188,6 @@ class VisibleDevicesRule(_Model):
     when_unknown: WhenUnknown = "deny"
 
 
-# Host paths holding GPU device nodes; directories above them (/, /dev, /dev/char) count too.
-# /proc/<pid>/root links to the host's / (and so to its /dev).
-DEFAULT_DEVICE_PATHS = ["/dev/nvidia*", "/dev/dri*", "/dev/kfd", "/dev/char/*", "/proc", "/proc/*"]
-
-
 class HostDevicesRule(_Model):
     mode: ModeName = "enforce"
     paths: list[str] = Field(default_factory=lambda: list(DEFAULT_DEVICE_PATHS))
@@ -322,17 +322,6 @@ class RuleSettings(_Model):
     )
 
 
-DEFAULT_GPU_RESOURCES = [
-    "nvidia.com/gpu",
-    "nvidia.com/mig-*",
-    "amd.com/gpu",
-    "gpu.intel.com/*",
-    "nvidia.com/gpumem",
-    "nvidia.com/gpucores",
-    "*.shared",
-]
-
-
 class GpuDeviceClasses(_Model):
     """Which DRA DeviceClasses hand out GPUs: a claim drawing from one makes its containers GPU
     containers for every rule. A class counts when its name matches `names`, or when one of
@@ -349,22 +338,6 @@ class GpuDeviceClasses(_Model):
         default_factory=lambda: ["gpu.nvidia.com", "gpu.amd.com", "gpu.intel.com"]
     )
 
-
-DEFAULT_EXEMPT_NAMESPACES = [
-    "kube-system",
-    "kube-public",
-    "kube-node-lease",
-    # Where GPU operators and device plugins install by default: they mount /dev, run
-    # privileged and set NVIDIA_VISIBLE_DEVICES=all by design.
-    "gpu-operator",  # NVIDIA GPU Operator
-    "nvidia-gpu-operator",  # NVIDIA GPU Operator on OpenShift
-    "nvidia-network-operator",  # NVIDIA Network Operator (GPUDirect RDMA)
-    "node-feature-discovery",  # NFD, which labels GPU nodes
-    "openshift-nfd",  # NFD on OpenShift
-    "kube-amd-gpu",  # AMD GPU Operator
-    "inteldeviceplugins-system",  # Intel device plugins operator
-    "gpu-admission",
-]
 
 RULE_IDS: tuple[str, ...] = tuple(
     str(f.alias) for f in RuleSettings.model_fields.values() if f.alias is not None

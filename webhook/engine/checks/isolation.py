@@ -32,7 +32,7 @@ from webhook.engine.findings import Finding
 from webhook.engine.podviews import ContainerView, PodView
 from webhook.engine.reach import can_reach_gpu_nodes
 from webhook.facts.model import VISIBLE_DEVICES
-from webhook.ruleset.models import DEFAULT_DEVICE_PATHS
+from webhook.ruleset.defaults import DEFAULT_DEVICE_PATHS
 
 __all__ = [
     "ISOLATION_RULES",
