@@ -187,6 +187,53 @@ def _rules(args: argparse.Namespace) -> int:
     return rulecli.explain(folder, args.namespace, _labels(args.labels), sys.stdout)
 
 
+def _review(args: argparse.Namespace) -> int:
+    """Print the AdmissionReview the apiserver would send for the one object in a file."""
+    import orjson
+
+    from webhook.audit.admissionreview import admission_review
+    from webhook.audit.manifests import Document, read_sources
+    from webhook.engine.compiled import compile_rules
+    from webhook.ruleset.files import RuleFileError, load_rules
+
+    def one(path: str) -> dict[str, Any] | str:
+        items = list(read_sources([path]))
+        errors = [i for i in items if not isinstance(i, Document)]
+        if errors:
+            return f"{errors[0].source}: {errors[0].message}"
+        if len(items) != 1:
+            return f"{path}: holds {len(items)} objects; give a file with exactly one"
+        document = items[0]
+        assert isinstance(document, Document)
+        return document.obj
+
+    obj = one(args.file)
+    old = one(args.old) if args.old else None
+    for found in (obj, old):
+        if isinstance(found, str):
+            print(f"gpu-admission: {found}", file=sys.stderr)
+            return 2
+    if args.operation == "UPDATE" and old is None:
+        print("gpu-admission: --operation UPDATE needs --old FILE", file=sys.stderr)
+        return 2
+    try:
+        table = compile_rules(load_rules(rules_folder(args.rules))).workloads
+    except RuleFileError as exc:
+        print(f"gpu-admission: {exc}", file=sys.stderr)
+        return 2
+    assert isinstance(obj, dict) and (old is None or isinstance(old, dict))
+    review = admission_review(
+        obj,
+        table,
+        operation=args.operation,
+        namespace=args.namespace,
+        dry_run=args.dry_run,
+        old=old,
+    )
+    sys.stdout.write(orjson.dumps(review, option=orjson.OPT_INDENT_2).decode() + "\n")
+    return 0
+
+
 def _audit(args: argparse.Namespace) -> int:
     from webhook.audit.cli import run_audit
 
@@ -385,6 +432,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     aud.add_argument("--no-colour", action="store_true", help="plain text even on a terminal")
     aud.set_defaults(func=_audit)
+
+    rev = sub.add_parser(
+        "review",
+        help="print the AdmissionReview the apiserver would send for the object in FILE",
+    )
+    rev.add_argument("file", help="a YAML or JSON file with one object (- for stdin)")
+    rev.add_argument("--operation", choices=["CREATE", "UPDATE"], default="CREATE")
+    rev.add_argument("--namespace", help="the request's namespace (default: the object's)")
+    rev.add_argument("--dry-run", action="store_true", help="as `kubectl apply --dry-run=server`")
+    rev.add_argument("--old", help="the object before the update (UPDATE)")
+    rev.add_argument("--rules", help=RULES_HELP)
+    rev.set_defaults(func=_review)
 
     rules = sub.add_parser("rules", help="check, test and explain rule files")
     rules_sub = rules.add_subparsers(dest="rules_command", required=True)
