@@ -333,3 +333,26 @@ def test_junit_agrees_with_the_exit_code_for_every_fail_on(tmp_path: Path) -> No
         assert root.get("failures") == failures
         if failures == "1":
             assert root.find(".//failure").get("type") == "warn"
+
+
+def test_the_table_shows_patches_for_one_object_or_when_asked(tmp_path: Path) -> None:
+    many = run_audit("input.yaml", cwd=GOLDEN)
+    assert "  patch:" not in many.stdout  # several objects: short by default
+    assert "would be mutated" in many.stdout  # the counts still say it
+    assert "  patch:" in run_audit("input.yaml", "--show-patch", cwd=GOLDEN).stdout
+    pod = GOLDEN.parent / "golden" / "pod-no-memory-limit-no-probes" / "input.yaml"
+    assert "  patch:" in run_audit(str(pod)).stdout  # one object: shown
+
+
+def test_only_failed_lists_denied_and_warned_objects_but_counts_all() -> None:
+    full = json.loads(run_audit("input.yaml", "-o", "json", cwd=GOLDEN).stdout)
+    short = json.loads(run_audit("input.yaml", "-o", "json", "--only-failed", cwd=GOLDEN).stdout)
+    assert short["summary"] == full["summary"]
+    failing = [
+        r
+        for r in full["results"]
+        if not r["allowed"] or any(f["verdict"] == "warn" for f in r["findings"])
+    ]
+    assert short["results"] == failing and len(failing) < len(full["results"])
+    table = run_audit("input.yaml", "--only-failed", cwd=GOLDEN).stdout
+    assert "OK " not in table and "DENY" in table

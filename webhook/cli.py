@@ -431,6 +431,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--cluster-snapshot", help="cluster facts for quota, priority and schedulability rules"
     )
     aud.add_argument("--no-colour", action="store_true", help="plain text even on a terminal")
+    aud.add_argument(
+        "--only-failed",
+        action="store_true",
+        help="list only denied and warned objects (table, json); the counts still cover all",
+    )
+    aud.add_argument(
+        "--show-patch",
+        action="store_true",
+        help="show each object's patch as a diff in the table (shown anyway for one object)",
+    )
     aud.set_defaults(func=_audit)
 
     rev = sub.add_parser(

@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, TextIO
 
-from webhook.audit.reports import policy_reports, write_report
+from webhook.audit.reports import View, policy_reports, write_report
 from webhook.audit.run import AuditResult, Summary, audit
 from webhook.engine.compiled import CompiledRuleSet, compile_rules
 
@@ -44,6 +44,7 @@ def _report(
         unchecked=() if facts else rules.base.cluster_rules,
         colour=colour,
         fail_on=args.fail_on,
+        view=View(only_failed=args.only_failed, show_patch=args.show_patch),
     )
 
 

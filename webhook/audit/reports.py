@@ -4,10 +4,12 @@ the dashboards that already read the wgpolicyk8s.io format."""
 from __future__ import annotations
 
 import difflib
+import itertools
 import time
 import xml.etree.ElementTree as ET
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 import orjson
@@ -16,7 +18,7 @@ import yaml
 from webhook.audit.manifests import InputError
 from webhook.audit.run import AuditResult, Skipped, Summary
 
-__all__ = ["FORMATS", "policy_reports", "write_report"]
+__all__ = ["FORMATS", "View", "policy_reports", "write_report"]
 
 Item = AuditResult | Skipped | InputError
 
@@ -31,6 +33,15 @@ def _title(r: AuditResult) -> str:
     return f"{r.kind}/{r.name or '(unnamed)'} in {r.namespace}"
 
 
+@dataclass(frozen=True, slots=True)
+class View:
+    """What the table and JSON show: every object, or only denied and warned ones (the counts
+    always cover everything); patch diffs in the table with `show_patch`, or for one object."""
+
+    only_failed: bool = False
+    show_patch: bool = False
+
+
 def patch_diff(r: AuditResult) -> list[str]:
     """The change the webhook would make, as a YAML diff of the object (context 1 line)."""
     if not r.patch:
@@ -41,15 +52,31 @@ def patch_diff(r: AuditResult) -> list[str]:
     return [line for line in lines if not line.startswith(("---", "+++"))]
 
 
+def _single(items: Iterable[Item]) -> tuple[bool, Iterator[Item]]:
+    """Whether the stream holds one item at most, and the stream itself, read ahead by two."""
+    stream = iter(items)
+    ahead = list(itertools.islice(stream, 2))
+    return len(ahead) < 2, itertools.chain(ahead, stream)
+
+
 def _table(
-    items: Iterable[Item], summary: Summary, out: TextIO, colour: bool, unchecked: list[str]
+    items: Iterable[Item],
+    summary: Summary,
+    out: TextIO,
+    colour: bool,
+    unchecked: list[str],
+    view: View,
 ) -> None:
-    for item in items:
+    single, stream = _single(items)
+    show_patch = view.show_patch or single
+    for item in stream:
         summary.add(item)
         if isinstance(item, InputError):
             print(_paint(f"ERROR {item.source}: {item.message}", "deny", colour), file=out)
             continue
         if isinstance(item, Skipped):
+            continue
+        if view.only_failed and item.allowed and not item.warned:
             continue
         verdict = "DENY" if not item.allowed else "WARN" if item.warned else "OK"
         key = {"DENY": "deny", "WARN": "warn", "OK": "ok"}[verdict]
@@ -58,7 +85,7 @@ def _table(
             print(
                 f"  {_paint(f['verdict'].ljust(5), f['verdict'], colour)} {f['message']}", file=out
             )
-        diff = patch_diff(item)
+        diff = patch_diff(item) if show_patch else []
         if diff:
             print("  patch:", file=out)
             for line in diff:
@@ -89,11 +116,15 @@ def _result_json(r: AuditResult) -> dict[str, Any]:
     }
 
 
-def _json(items: Iterable[Item], summary: Summary, out: TextIO, unchecked: list[str]) -> None:
+def _json(
+    items: Iterable[Item], summary: Summary, out: TextIO, unchecked: list[str], view: View
+) -> None:
     results, errors = [], []
     for item in items:
         summary.add(item)
         if isinstance(item, AuditResult):
+            if view.only_failed and item.allowed and not item.warned:
+                continue
             results.append(_result_json(item))
         elif isinstance(item, InputError):
             errors.append({"source": item.source, "message": item.message})
@@ -270,6 +301,7 @@ def write_report(
     colour: bool = False,
     now: float | None = None,
     fail_on: str = "deny",
+    view: View | None = None,
 ) -> Summary:
     """Write `items` in `fmt` and return the counts (the caller turns them into an exit code).
 
@@ -278,10 +310,11 @@ def write_report(
     """
     summary = Summary()
     skipped = list(unchecked)
+    view = view or View()
     if fmt == "table":
-        _table(items, summary, out, colour, skipped)
+        _table(items, summary, out, colour, skipped, view)
     elif fmt == "json":
-        _json(items, summary, out, skipped)
+        _json(items, summary, out, skipped, view)
     elif fmt == "junit":
         _junit(items, summary, out, fail_on)
     elif fmt == "policyreport":
