@@ -387,3 +387,13 @@ def cluster_role_grants() -> dict[tuple[str, str], set[str]]:
         for group in rule["apiGroups"]
         for resource in rule["resources"]
     }
+
+
+def eventually(check: Any, seconds: float = 10) -> None:
+    """Wait for `check()` to hold: what a watch delivers arrives a little later."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, "not reached in time"
+        time.sleep(0.02)

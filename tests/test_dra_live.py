@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from fractions import Fraction
 
 import pytest
-from conftest import cluster_role_grants, live_cache
+from conftest import cluster_role_grants, eventually, live_cache
 from fake_apiserver import FakeApiServer
 from test_dra import CLASSES, GPU_KEY, claim, exactly, template
 
@@ -25,13 +24,6 @@ from webhook.facts.live import DRA_KINDS, LiveCache
 from webhook.facts.model import PodGpus
 from webhook.facts.reservations import Reservations
 from webhook.ruleset.models import RuleSet
-
-
-def eventually(check: Callable[[], bool], seconds: float = 10) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, "not reached in time"
-        time.sleep(0.02)
 
 
 def dra_of(live: LiveCache, ns: str = "ml-team") -> DraFacts | None:

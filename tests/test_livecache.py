@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import cluster_role_grants
+from conftest import cluster_role_grants, eventually
 from fake_apiserver import FakeApiServer
 from kubernetes import client
 
@@ -100,13 +100,6 @@ def cache(server: FakeApiServer) -> Iterator[LiveCache]:
     assert live.wait_synced(10)
     yield live
     live.stop()
-
-
-def eventually(check: Callable[[], bool], seconds: float = 10) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, "not reached in time"
-        time.sleep(0.02)
 
 
 def used(cache: LiveCache, ns: str = "ml-team") -> Fraction:

@@ -3,13 +3,12 @@ groups scaled from zero, parsed (pure), from a snapshot, and from the live list+
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from fractions import Fraction
 from typing import Any
 
 import pytest
-from conftest import live_cache
+from conftest import eventually, live_cache
 from fake_apiserver import FakeApiServer
 
 from webhook.facts.live import PROVISIONING_KINDS, LiveCache
@@ -360,13 +359,6 @@ def cache(server: FakeApiServer) -> Iterator[LiveCache]:
     assert live.wait_synced(10)
     yield live
     live.stop()
-
-
-def eventually(check: Callable[[], bool], seconds: float = 10) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, "not reached in time"
-        time.sleep(0.02)
 
 
 def products(live: LiveCache) -> list[str] | None:

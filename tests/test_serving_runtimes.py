@@ -4,14 +4,12 @@ predictor is merged over, and the /dev/shm that merge must not lose. Golden case
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from conftest import ROOT, live_cache
+from conftest import ROOT, eventually, live_cache
 from fake_apiserver import FakeApiServer
 
 from webhook.engine.compiled import compile_rules
@@ -359,13 +357,6 @@ def test_transformer_and_explainer_use_no_runtime() -> None:
 
 
 # ---- the live cache -----------------------------------------------------------------------
-
-
-def eventually(check: Callable[[], bool], seconds: float = 10) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, "not reached in time"
-        time.sleep(0.02)
 
 
 def names(live: LiveCache, ns: str = "ml-team") -> tuple[set[str], set[str]] | None:

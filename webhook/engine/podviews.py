@@ -164,6 +164,11 @@ class PodView:
 _NONE: tuple[dict[str, Fraction], dict[str, Any]] = ({}, {})
 
 
+def _asks(limits: dict[str, Fraction], requests: dict[str, Fraction]) -> bool:
+    """Zero is not an ask: `nvidia.com/gpu: 0` is a common way to say "no GPU"."""
+    return any(v > 0 for v in limits.values()) or any(v > 0 for v in requests.values())
+
+
 def _gpu_quantities(
     amounts: dict[str, Any],
     cpath: str,
@@ -246,7 +251,7 @@ def _containers(
                 gpu_requests=gr,
                 raw_gpu_limits=rgl,
                 raw_gpu_requests=rgr,
-                asks_gpu=any(v > 0 for v in gl.values()) or any(v > 0 for v in gr.values()),
+                asks_gpu=_asks(gl, gr),
                 sidecar=list_name == "initContainers" and is_sidecar(c),
                 ephemeral=list_name == "ephemeralContainers",
                 claims=(
@@ -323,7 +328,7 @@ def _lone_container(
         gpu_requests=gr,
         raw_gpu_limits=rgl,
         raw_gpu_requests=rgr,
-        asks_gpu=any(v > 0 for v in gl.values()) or any(v > 0 for v in gr.values()),
+        asks_gpu=_asks(gl, gr),
         resources_key=key,
     )
 
