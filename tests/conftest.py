@@ -7,6 +7,7 @@ checks it comes back; `Webhook.review` does the same and fails the test if the u
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import socket
 import ssl
@@ -14,11 +15,12 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 import jsonpatch
 import kubernetes_validate
@@ -397,3 +399,18 @@ def eventually(check: Any, seconds: float = 10) -> None:
     while not check():
         assert time.monotonic() < deadline, "not reached in time"
         time.sleep(0.02)
+
+
+@contextlib.asynccontextmanager
+async def serving(app: Any) -> AsyncIterator[aiohttp.ClientSession]:
+    """The routes of `webhook.server.app.make_app` on a real plain-HTTP listener on 127.0.0.1
+    (what `serve` runs, minus TLS), and a keep-alive client for it: in-process tests of the
+    handlers and what runs beside them."""
+    from webhook.server.ports import start_servers
+
+    servers = await start_servers(app, host="127.0.0.1", port=0, ssl_context=None)
+    try:
+        async with aiohttp.ClientSession(f"http://127.0.0.1:{servers.port}") as client:
+            yield client
+    finally:
+        await servers.stop()

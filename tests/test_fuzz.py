@@ -17,10 +17,10 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
+import aiohttp
 import pytest
 import yaml
-from aiohttp.test_utils import TestClient, TestServer
-from conftest import SNAPSHOT, review_for
+from conftest import SNAPSHOT, review_for, serving
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -59,7 +59,7 @@ FUZZ_REVIEWS = settings(FUZZ, max_examples=400)
 class Poster:
     """The app on a private event loop, so that sync hypothesis tests can post to it."""
 
-    def __init__(self, client: TestClient[Any, Any], loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, client: aiohttp.ClientSession, loop: asyncio.AbstractEventLoop) -> None:
         self.client = client
         self.loop = loop
 
@@ -84,12 +84,12 @@ def poster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Poster]:
     reservations = Reservations(ttl=30)
     source = ClusterSource(ReservingFacts(load_snapshot(SNAPSHOT), reservations), reservations)
     loop = asyncio.new_event_loop()
-    client: TestClient[Any, Any] = TestClient(TestServer(make_app(holder, source)), loop=loop)
-    loop.run_until_complete(client.start_server())
+    running = serving(make_app(holder, source))
+    client = loop.run_until_complete(running.__aenter__())
     try:
         yield Poster(client, loop)
     finally:
-        loop.run_until_complete(client.close())
+        loop.run_until_complete(running.__aexit__(None, None, None))
         loop.close()
 
 

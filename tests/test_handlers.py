@@ -11,14 +11,14 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import yaml
-from aiohttp.test_utils import TestClient, TestServer
-from conftest import ROOT, SNAPSHOT, review_for
+from conftest import ROOT, SNAPSHOT, review_for, serving
 
 from webhook.facts.reservations import Reservations, ReservingFacts
 from webhook.facts.snapshotfile import load_snapshot
-from webhook.server.app import RULES, ClusterSource, make_app
+from webhook.server.app import ClusterSource, make_app
 from webhook.server.reload import RuleHolder
 
 BUDGET = {
@@ -56,16 +56,18 @@ def rules_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-async def client(rules_dir: Path) -> AsyncIterator[tuple[TestClient[Any, Any], ClusterSource]]:
+async def client(
+    rules_dir: Path,
+) -> AsyncIterator[tuple[aiohttp.ClientSession, ClusterSource, RuleHolder]]:
     holder = RuleHolder(source=rules_dir)
     holder.refresh()
     reservations = Reservations(ttl=30)
     source = ClusterSource(ReservingFacts(load_snapshot(SNAPSHOT), reservations), reservations)
-    async with TestClient(TestServer(make_app(holder, source))) as c:
-        yield c, source
+    async with serving(make_app(holder, source)) as c:
+        yield c, source, holder
 
 
-async def validate(c: TestClient[Any, Any], obj: Any, **kw: Any) -> dict[str, Any]:
+async def validate(c: aiohttp.ClientSession, obj: Any, **kw: Any) -> dict[str, Any]:
     review = review_for(obj, **kw)
     resp = await c.post("/validate?timeout=10s", json=review)
     assert resp.status == 200
@@ -75,9 +77,9 @@ async def validate(c: TestClient[Any, Any], obj: Any, **kw: Any) -> dict[str, An
 
 
 async def test_an_admitted_gpu_pod_holds_its_gpus_for_the_next_review(
-    client: tuple[TestClient[Any, Any], ClusterSource],
+    client: tuple[aiohttp.ClientSession, ClusterSource, RuleHolder],
 ) -> None:
-    c, source = client
+    c, source, _ = client
     assert (await validate(c, gpu_pod(4, "first")))["allowed"]  # 12 of 16 in use
     assert source.reservations is not None and len(source.reservations.held("ml-team")) == 1
     second = await validate(c, gpu_pod(1, "second"))
@@ -86,31 +88,30 @@ async def test_an_admitted_gpu_pod_holds_its_gpus_for_the_next_review(
 
 
 async def test_a_dry_run_holds_nothing(
-    client: tuple[TestClient[Any, Any], ClusterSource],
+    client: tuple[aiohttp.ClientSession, ClusterSource, RuleHolder],
 ) -> None:
-    c, source = client
+    c, source, _ = client
     assert (await validate(c, gpu_pod(4), dry_run=True))["allowed"]
     assert source.reservations is not None and source.reservations.held("ml-team") == []
     assert (await validate(c, gpu_pod(4)))["allowed"]
 
 
 async def test_a_denied_pod_holds_nothing(
-    client: tuple[TestClient[Any, Any], ClusterSource],
+    client: tuple[aiohttp.ClientSession, ClusterSource, RuleHolder],
 ) -> None:
-    c, source = client
+    c, source, _ = client
     assert not (await validate(c, gpu_pod(5)))["allowed"]
     assert source.reservations is not None and source.reservations.held("ml-team") == []
 
 
 async def test_a_reload_takes_effect_on_the_next_request(
-    client: tuple[TestClient[Any, Any], ClusterSource], rules_dir: Path
+    client: tuple[aiohttp.ClientSession, ClusterSource, RuleHolder], rules_dir: Path
 ) -> None:
-    c, _ = client
+    c, _, holder = client
     assert not (await validate(c, gpu_pod(5)))["allowed"]
     (rules_dir / "rules.yaml").write_text(
         yaml.safe_dump({"rules": {"gpu-quota": {"mode": "warn"}}})
     )
-    holder = c.server.app[RULES]
     assert holder.refresh()
     answer = await validate(c, gpu_pod(5))
     assert answer["allowed"]
@@ -119,7 +120,7 @@ async def test_a_reload_takes_effect_on_the_next_request(
 async def test_no_rule_set_yet_means_unavailable_not_allowed(tmp_path: Path) -> None:
     holder = RuleHolder(source=tmp_path / "missing")
     holder.refresh()
-    async with TestClient(TestServer(make_app(holder))) as c:
+    async with serving(make_app(holder)) as c:
         resp = await c.post("/validate", json=review_for(gpu_pod(1)))
         assert resp.status == 503
         assert (await c.get("/readyz")).status == 503

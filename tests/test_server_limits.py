@@ -18,12 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
-from conftest import ROOT, review_for
+from conftest import ROOT, review_for, serving
 
 from webhook.server import limits as server_limits
 from webhook.server.app import make_app, make_probe_app
-from webhook.server.limits import STATE, Limits, ServerState
+from webhook.server.limits import Limits, ServerState
 from webhook.server.ports import Servers, start_servers
 from webhook.server.reload import RuleHolder
 from webhook.server.tls import make_ssl_context
@@ -391,7 +390,7 @@ async def test_memory_is_handed_back_after_a_large_body(
     trims: list[int] = []
     monkeypatch.setattr(server_limits, "_malloc_trim", lambda: trims.append)
     state = ServerState(Limits())
-    async with TestClient(TestServer(make_app(holder, state=state))) as client:
+    async with serving(make_app(holder, state=state)) as client:
         small = await client.post("/validate?timeout=10s", json=review_for(GPU_POD))
         assert small.status == 200
         await asyncio.sleep(0.05)
@@ -401,7 +400,7 @@ async def test_memory_is_handed_back_after_a_large_body(
         resp = await client.post("/validate?timeout=10s", json=review_for(pod))
         assert resp.status == 200
         await wait_until(lambda: trims == [0])
-        assert client.server.app[STATE].body_bytes == 0
+        assert state.body_bytes == 0
 
 
 # --- TLS -----------------------------------------------------------------------------------------

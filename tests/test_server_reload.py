@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
-from aiohttp.test_utils import TestClient, TestServer
-from conftest import ROOT, SNAPSHOT
+from conftest import ROOT, SNAPSHOT, serving
 
 from webhook.engine.compiled import CompiledRuleSet
 from webhook.facts.reservations import Reservations
@@ -65,8 +64,8 @@ async def test_a_slow_rule_load_does_not_block_healthz_and_the_swap_is_on_the_lo
     monkeypatch.setattr(reload, "load_rules", slow_load)
     monkeypatch.setattr(holder, "install", install)
     app = make_app(holder)
-    app.cleanup_ctx.append(rule_watcher(0.01))
-    async with TestClient(TestServer(app)) as client:
+    app.contexts.append(rule_watcher(holder, 0.01))
+    async with serving(app) as client:
         doc = {"rules": {"gpu-memory-limit": {"mode": "off"}}}
         (rules_dir / "rules.yaml").write_text(yaml.safe_dump(doc))
         await wait_until(loading.is_set)
@@ -104,6 +103,6 @@ async def test_expired_holds_are_dropped_on_a_timer() -> None:
             return 0
 
     app = make_app(RuleHolder(source=ROOT / "rules"))
-    app.cleanup_ctx.append(hold_expirer(Counting(), every=0.01))
-    async with TestClient(TestServer(app)):
+    app.contexts.append(hold_expirer(Counting(), every=0.01))
+    async with serving(app):
         await wait_until(lambda: len(calls) >= 3)

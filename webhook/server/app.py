@@ -1,9 +1,10 @@
-"""The webhook's routes and their wiring: one review reads top to bottom in `_review_handler`,
-`_guarded` is the one place exceptions become statuses, and `serve` puts it all together.
+"""The webhook's routes and their wiring: one review reads top to bottom in
+`Admission.review`, and `serve` puts it all together.
 
 Probes and /metrics live on a separate plain-HTTP port, so `--client-ca` can lock the webhook
 port to the apiserver without locking out the kubelet and Prometheus. What each client may
-cost is kept below the routes: limits.py, connections.py, body.py; ports.py starts and drains.
+cost is kept below the routes: http1.py, limits.py, connections.py, body.py; ports.py starts
+and drains.
 """
 
 from __future__ import annotations
@@ -14,13 +15,12 @@ import gc
 import logging
 import ssl
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
-from aiohttp import web
 from prometheus_client import REGISTRY
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -31,9 +31,8 @@ from webhook.facts.model import FactsSource
 from webhook.facts.reservations import Reservations, ReservingFacts
 from webhook.facts.snapshotfile import load_snapshot
 from webhook.server.admission import decide, skipped
-from webhook.server.body import Lease, Refused, read_body
-from webhook.server.connections import CUT, Connection
-from webhook.server.limits import MAX_BODY, STATE, Limits, ServerState, map_large_buffers
+from webhook.server.http1 import Answer, Handler, Request, Routes, error
+from webhook.server.limits import Limits, ServerState, map_large_buffers
 from webhook.server.metrics import CONTENT_TYPE, TALLY, record, render, watch_cluster_facts
 from webhook.server.ports import serve_until_signalled
 from webhook.server.reload import RuleHolder
@@ -42,8 +41,7 @@ from webhook.server.stages import OFF, StageTotals
 from webhook.server.tls import make_ssl_context
 
 __all__ = [
-    "CLUSTER",
-    "RULES",
+    "Admission",
     "ClusterSource",
     "cluster_source",
     "hold_expirer",
@@ -54,8 +52,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("gpu-admission")
-
-RULES = web.AppKey("rules", RuleHolder)
 
 
 @dataclass
@@ -72,73 +68,34 @@ class ClusterSource:
         return self.live is None or self.live.synced
 
 
-CLUSTER = web.AppKey("cluster", ClusterSource)
-# Set when `serve --profile-stages` times each review's stages (webhook/server/stages.py).
-PROFILE = web.AppKey("profile", StageTotals)
+@dataclass
+class Admission:
+    """What the routes answer with: the rules in force, the cluster facts, the shared state,
+    and the stage timer when `serve --profile-stages` is on."""
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+    rules: RuleHolder
+    cluster: ClusterSource = field(default_factory=ClusterSource)
+    state: ServerState = field(default_factory=ServerState)
+    profile: StageTotals | None = None
 
+    def review(self, stage: Stage) -> Handler:
+        """One review, read top to bottom: decode, decide, encode once, record once, then
+        hold. A body that is no AdmissionReview is the caller's bug: 400 with the reason."""
+        endpoint = stage.value
 
-def _error(status: int, reason: str) -> web.Response:
-    return web.Response(
-        status=status, body=orjson.dumps({"error": reason}), content_type="application/json"
-    )
-
-
-def _guarded(handler: Handler) -> Handler:
-    """Map exceptions to HTTP statuses; no traceback ever reaches the client.
-
-    The one place that does it, wrapped around the review routes (the others cannot fail);
-    a wrapper rather than an aiohttp middleware, which costs every request a dispatch layer.
-    """
-
-    async def guarded(request: web.Request) -> web.StreamResponse:
-        try:
-            return await handler(request)
-        except BadReview as exc:
-            TALLY.request(request.path.strip("/"), "", "error")
-            return _error(400, str(exc))
-        except Refused as exc:
-            CUT.labels(exc.metric).inc()
-            response = _error(exc.status, str(exc))
-            response.force_close()  # the rest of the body is not worth reading
-            if not exc.linger and isinstance(request.protocol, Connection):
-                request.protocol.close_after_response = True
-            return response
-        except web.RequestPayloadError:  # broken chunked encoding, bad compression
-            response = _error(400, "malformed request body")
-            response.force_close()
-            return response
-        except ConnectionError:  # the client went away mid-body: nobody to answer
-            return _error(400, "connection lost")
-        except web.HTTPException:
-            raise
-        except Exception:
-            log.exception("internal error on %s", request.path)
-            return _error(500, "internal error in gpu-admission; see the webhook log")
-
-    return guarded
-
-
-def _review_handler(stage: Stage) -> Handler:
-    """One review, read top to bottom: decode, decide, encode once, record once, then hold."""
-    endpoint = stage.value
-
-    async def handle(request: web.Request) -> web.Response:
-        app = request.app
-        rules = app[RULES].current  # read once: a reload can't change it mid-request
-        if rules is None:
-            return _error(503, "no valid rule set loaded yet")
-        state = app[STATE]
-        lease = Lease(state)
-        try:
-            body = await read_body(request, state, lease)
+        def handle(request: Request) -> Answer:
+            rules = self.rules.current  # read once: a reload can't change it mid-request
+            if rules is None:
+                return error(503, "no valid rule set loaded yet")
             started = time.perf_counter()
-            profile = app.get(PROFILE)
-            watch = profile.start() if profile is not None else OFF
-            review = decode(body).request
+            watch = self.profile.start() if self.profile is not None else OFF
+            try:
+                review = decode(request.body).request
+            except BadReview as exc:
+                TALLY.request(endpoint, "", "error")
+                return error(400, str(exc))
             watch.lap("decode")
-            source = app[CLUSTER]
+            source = self.cluster
             subject, decision = decide(stage, review, rules, source.facts, watch)
             answer = respond(review.uid, decision)
             watch.lap("encode")
@@ -151,41 +108,44 @@ def _review_handler(stage: Stage) -> Handler:
                 source.reservations.hold(hold)
             TALLY.observe(endpoint, time.perf_counter() - started)
             watch.lap("hold")
-        finally:
-            lease.release()
-        response = web.Response(body=answer, content_type="application/json")
-        if state.draining:  # the client reconnects, through the Service, to another replica
-            response.force_close()
-        return response
+            return Answer(200, answer)
 
-    return handle
+        return handle
 
+    def metrics(self, request: Request) -> Answer:
+        return Answer(200, render(), CONTENT_TYPE)
 
-async def _metrics(request: web.Request) -> web.Response:
-    return web.Response(body=render(), headers={"Content-Type": CONTENT_TYPE})
+    def healthz(self, request: Request) -> Answer:
+        return Answer(200, b"ok", "text/plain")
 
+    def readyz(self, request: Request) -> Answer:
+        if self.state.draining:
+            return Answer(503, b"shutting down", "text/plain")
+        if self.rules.current is None:
+            return Answer(503, b"no valid rule set loaded", "text/plain")
+        if not self.cluster.ready:
+            return Answer(503, b"cluster facts not synced yet", "text/plain")
+        return Answer(200, b"ok", "text/plain")
 
-async def _healthz(request: web.Request) -> web.Response:
-    return web.Response(text="ok")
+    def stages(self, request: Request) -> Answer:
+        report = self.profile.report() if self.profile is not None else {}
+        return Answer(200, orjson.dumps(report))
 
+    def add_probes(self, routes: Routes) -> None:
+        routes.add("GET", "/metrics", self.metrics)
+        routes.add("GET", "/healthz", self.healthz)
+        routes.add("GET", "/readyz", self.readyz)
 
-async def _readyz(request: web.Request) -> web.Response:
-    if request.app[STATE].draining:
-        return web.Response(status=503, text="shutting down")
-    if request.app[RULES].current is None:
-        return web.Response(status=503, text="no valid rule set loaded")
-    if not request.app[CLUSTER].ready:
-        return web.Response(status=503, text="cluster facts not synced yet")
-    return web.Response(text="ok")
+    def run_live_cache(self) -> Callable[[], AsyncIterator[None]]:
+        async def run() -> AsyncIterator[None]:
+            live = self.cluster.live
+            if live is not None:
+                live.start()
+            yield
+            if live is not None:
+                await asyncio.get_running_loop().run_in_executor(None, live.stop)
 
-
-async def _run_live_cache(app: web.Application) -> AsyncIterator[None]:
-    live = app[CLUSTER].live
-    if live is not None:
-        live.start()
-    yield
-    if live is not None:
-        await asyncio.get_running_loop().run_in_executor(None, live.stop)
+        return run
 
 
 def live_source(kubeconfig: Path | None, hold_seconds: float = 30.0) -> ClusterSource:
@@ -233,57 +193,42 @@ def cluster_source(
     return ClusterSource()
 
 
-def _add_probes(app: web.Application) -> None:
-    app.router.add_get("/metrics", _metrics)
-    app.router.add_get("/healthz", _healthz)
-    app.router.add_get("/readyz", _readyz)
-
-
-def _shared(
-    app: web.Application,
-    rules: RuleHolder,
-    cluster: ClusterSource | None,
-    state: ServerState | None,
-) -> web.Application:
-    app[RULES] = rules
-    app[CLUSTER] = cluster or ClusterSource()
-    app[STATE] = state or ServerState()
-    return app
-
-
 def make_app(
     rules: RuleHolder,
     cluster: ClusterSource | None = None,
     *,
     state: ServerState | None = None,
     probes: bool = True,
-) -> web.Application:
+    profile: StageTotals | None = None,
+) -> Routes:
     """/mutate and /validate; with `probes`, also /healthz, /readyz and /metrics (one port)."""
-    app = _shared(web.Application(client_max_size=MAX_BODY), rules, cluster, state)
-    app.router.add_post("/mutate", _guarded(_review_handler(Stage.MUTATE)))
-    app.router.add_post("/validate", _guarded(_review_handler(Stage.VALIDATE)))
+    admission = Admission(rules, cluster or ClusterSource(), state or ServerState(), profile)
+    routes = Routes(admission.state)
+    routes.add("POST", "/mutate", admission.review(Stage.MUTATE))
+    routes.add("POST", "/validate", admission.review(Stage.VALIDATE))
     if probes:
-        _add_probes(app)
-    app.cleanup_ctx.append(_run_live_cache)
-    return app
+        admission.add_probes(routes)
+    if profile is not None:
+        routes.add("GET", "/debug/stages", admission.stages)
+    routes.contexts.append(admission.run_live_cache())
+    return routes
 
 
 def make_probe_app(
     rules: RuleHolder, cluster: ClusterSource | None = None, *, state: ServerState | None = None
-) -> web.Application:
+) -> Routes:
     """The plain-HTTP port: /healthz, /readyz and /metrics, never a review."""
-    app = _shared(web.Application(client_max_size=4096), rules, cluster, state)
-    _add_probes(app)
-    return app
+    admission = Admission(rules, cluster or ClusterSource(), state or ServerState())
+    routes = Routes(admission.state)
+    admission.add_probes(routes)
+    return routes
 
 
-def _background(
-    make: Callable[[web.Application], Coroutine[Any, Any, None]],
-) -> Callable[[web.Application], AsyncIterator[None]]:
-    """A cleanup_ctx that runs `make(app)` as a task while the app serves, cancelled at exit."""
+def _background(make: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[], AsyncIterator[None]]:
+    """A context that runs `make()` as a task while the port serves, cancelled at exit."""
 
-    async def run(app: web.Application) -> AsyncIterator[None]:
-        task = asyncio.create_task(make(app))
+    async def run() -> AsyncIterator[None]:
+        task = asyncio.create_task(make())
         yield
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -292,12 +237,11 @@ def _background(
     return run
 
 
-def rule_watcher(interval: float) -> Callable[[web.Application], AsyncIterator[None]]:
+def rule_watcher(holder: RuleHolder, interval: float) -> Callable[[], AsyncIterator[None]]:
     """Poll the rule folder. Loading runs in a worker thread, so a slow or hostile rule set
     never stalls a review or a probe; the swap is made back on the loop."""
 
-    async def loop(app: web.Application) -> None:
-        holder = app[RULES]
+    async def loop() -> None:
         running = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(interval)
@@ -313,11 +257,11 @@ def rule_watcher(interval: float) -> Callable[[web.Application], AsyncIterator[N
 
 def hold_expirer(
     reservations: Reservations, every: float = 1.0
-) -> Callable[[web.Application], AsyncIterator[None]]:
+) -> Callable[[], AsyncIterator[None]]:
     """Drop expired GPU holds once a second, so holds for namespaces that are never asked
     about again do not pile up."""
 
-    async def loop(app: web.Application) -> None:
+    async def loop() -> None:
         while True:
             await asyncio.sleep(every)
             reservations.expire()
@@ -350,14 +294,14 @@ def _stamp(*paths: Path) -> tuple[float, ...]:
 
 def _cert_reloader(
     ctx: ssl.SSLContext, cert: Path, key: Path, interval: float
-) -> Callable[[web.Application], AsyncIterator[None]]:
+) -> Callable[[], AsyncIterator[None]]:
     """Reload the serving cert when its files change (cert-manager rotates them in place).
 
     `load_cert_chain` on the live context affects new handshakes only; open connections keep
     theirs, so nothing is dropped.
     """
 
-    async def loop(app: web.Application) -> None:
+    async def loop() -> None:
         seen = _stamp(cert, key)
         while True:
             await asyncio.sleep(interval)
@@ -413,17 +357,16 @@ def serve(
     if release_memory:
         map_large_buffers()
     state = ServerState(limits, release_memory=release_memory)
-    app = make_app(holder, source, state=state, probes=probe_port is None)
-    if profile_stages:
-        totals = app[PROFILE] = StageTotals()
+    totals = StageTotals() if profile_stages else None
+    if totals is not None:
         totals.install()
-        app.router.add_get("/debug/stages", totals.handler)
         log.warning("timing every review's stages (--profile-stages): GET /debug/stages")
+    app = make_app(holder, source, state=state, probes=probe_port is None, profile=totals)
     probe_app = None if probe_port is None else make_probe_app(holder, source, state=state)
-    app.cleanup_ctx.append(_cert_reloader(ctx, cert, key, cert_check_seconds))
-    app.cleanup_ctx.append(rule_watcher(rules_check_seconds))
+    app.contexts.append(_cert_reloader(ctx, cert, key, cert_check_seconds))
+    app.contexts.append(rule_watcher(holder, rules_check_seconds))
     if source.reservations is not None:
-        app.cleanup_ctx.append(hold_expirer(source.reservations))
+        app.contexts.append(hold_expirer(source.reservations))
         REGISTRY.register(_HoldMetrics(source.reservations))
     loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None
     try:

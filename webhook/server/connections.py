@@ -1,19 +1,17 @@
-"""The connection layer: bounded time per phase and bounded count per port.
+"""The listener: bounded time per phase and bounded count per port.
 
 Who can reach the webhook port is not only the apiserver (README, "Threat model"), so every
 client gets bounded time: a TLS handshake and a request head within `header_timeout`, a body
-within `body_timeout`, an idle keep-alive connection for `idle_timeout`; at most
-`max_connections` connections, counted from accept, one that is doing no request's work
-evicted to make room for a new one. `Listener` and `Connection` sit under aiohttp's own
-request handling and change nothing above it.
+within `body_timeout`, an idle keep-alive connection for `idle_timeout`, unread answers for
+`RESPONSE_GRACE`; at most `max_connections` connections, counted from accept, one that is
+doing no request's work evicted to make room for a new one. Each connection speaks HTTP/1.1
+through http1.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
-import inspect
 import logging
 import socket
 import ssl
@@ -21,23 +19,15 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from aiohttp import web
-from aiohttp.streams import StreamReader
-from aiohttp.web_protocol import RequestHandler
-from aiohttp.web_request import BaseRequest
-from aiohttp.web_response import StreamResponse
-from aiohttp.web_server import Server
 from prometheus_client import Counter
 
-from webhook.server.limits import Limits
+from webhook.server.http1 import Connection, Phase, Routes
+from webhook.server.limits import RESPONSE_GRACE, Limits
 
 log = logging.getLogger("gpu-admission")
 
 # A cut or evicted TLS connection gets this long for the TLS goodbye before it is dropped.
 TLS_SHUTDOWN_SECONDS = 5.0
-# Request heads: the apiserver sends a short request line and a dozen small headers.
-# At most 32 x 4 KiB = 128 KiB of head per connection (aiohttp allows 128 x 8 KiB).
-HEAD_LIMITS = {"max_line_size": 4096, "max_field_size": 4096, "max_headers": 32}
 # How long a connection opened just before shutdown gets to send its first request.
 FRESH_GRACE_SECONDS = 0.5
 
@@ -45,139 +35,10 @@ CUT = Counter(
     "gpu_admission_clients_cut_total",
     "Connections or requests cut to keep each client's work bounded, by reason "
     "(connection_cap, evicted_idle, evicted_handshake, evicted_head, header_timeout, "
-    "request_timeout, body_timeout, body_too_large, body_budget).",
+    "request_timeout, body_timeout, body_too_large, body_budget, head_too_large, "
+    "bad_request, internal_error).",
     ["reason"],
 )
-
-
-class BodyTimeout(Exception):
-    """Set on a body stream by the listener's sweep when the body is overdue."""
-
-
-class _Phase(enum.Enum):
-    HANDSHAKE = "handshake"  # TLS not done yet: bounded by the handshake timeout
-    IDLE = "idle"  # between requests: aiohttp's keep-alive timeout; evictable at the cap
-    HEAD = "head"  # part of a request head received: header timeout
-    REQUEST = "request"  # head complete, body and answer: request timeout
-    CLOSING = "closing"  # cut; waiting for the transport to go
-
-
-class Connection(RequestHandler):
-    """aiohttp's per-connection protocol, plus the phase it is in and since when, which the
-    listener's sweep reads to cut clients that are too slow."""
-
-    def __init__(self, listener: Listener, manager: Server, **kwargs: Any) -> None:
-        super().__init__(manager, **kwargs)
-        self.listener = listener
-        self.phase = _Phase.HANDSHAKE
-        self.since = listener.now()
-        self.handshake: asyncio.Task[None] | None = None
-        self.requests = 0  # request heads received on this connection
-        self.body: StreamReader | None = None  # a request body being read, for the sweep
-        self.close_after_response = False  # a handler gave up on the client, or shutdown
-        self._settled: asyncio.Event | None = None  # set when a request under way is done
-
-    def enter(self, phase: _Phase) -> None:
-        if self.phase is not _Phase.CLOSING:
-            self.phase = phase
-            self.since = self.listener.now()
-        if self._settled is not None and self.phase in (_Phase.IDLE, _Phase.CLOSING):
-            self._settled.set()
-
-    @property
-    def busy(self) -> bool:
-        """A request is under way: part of its head, or its head and maybe part of its body."""
-        return self.phase in (_Phase.HEAD, _Phase.REQUEST)
-
-    def close(self) -> None:
-        """At shutdown: close an idle connection now, a busy one after its answer.
-
-        aiohttp's close() also drops every byte that arrives afterwards, even the rest of a
-        request already under way, which would cut that request: the drain must not.
-        """
-        if self.busy:
-            self.close_after_response = True
-        else:
-            super().close()
-
-    async def shutdown(self, timeout: float | None = 15.0) -> None:
-        """Let a request under way arrive in full and be answered, then close (aiohttp's
-        shutdown stops reading at once, which cuts a body still arriving)."""
-        started = self.listener.now()
-        if self.busy:
-            self.close_after_response = True
-            self._settled = asyncio.Event()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._settled.wait(), timeout)
-        if timeout is not None:
-            timeout = max(0.0, timeout - (self.listener.now() - started))
-        await super().shutdown(timeout)
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)
-        self.enter(_Phase.IDLE)
-
-    def connection_lost(self, exc: BaseException | None) -> None:
-        self.listener.forget(self)
-        if self._settled is not None:
-            self._settled.set()
-        super().connection_lost(exc)
-
-    def data_received(self, data: bytes) -> None:
-        if self.phase is _Phase.IDLE:
-            self.enter(_Phase.HEAD)
-        super().data_received(data)
-
-    async def finish_response(
-        self, request: BaseRequest, resp: StreamResponse, start_time: float | None
-    ) -> tuple[StreamResponse, bool]:
-        try:
-            return await super().finish_response(request, resp, start_time)
-        finally:
-            self.enter(_Phase.IDLE)
-            if self.close_after_response:  # no lingering over a body that is not coming
-                self.force_close()
-
-    def cut(self, reason: str) -> None:
-        """Drop a client that broke a limit: no goodbye, its memory is freed at once."""
-        CUT.labels(reason).inc()
-        self.phase = _Phase.CLOSING
-        if self.transport is not None:
-            self.transport.abort()
-        self.force_close()
-
-    def evict(self) -> None:
-        """Make room at the cap: an idle keep-alive connection is closed politely (its client
-        sees a clean close), one still in its handshake or head is dropped."""
-        CUT.labels(f"evicted_{self.phase.value}").inc()
-        phase, self.phase = self.phase, _Phase.CLOSING
-        if self.body is not None:  # a stalled body: its handler stops waiting for the rest
-            self.body.set_exception(BodyTimeout())
-            self.body = None
-        if self.handshake is not None:
-            self.handshake.cancel()
-        elif phase is _Phase.IDLE:
-            self.force_close()
-        else:
-            if self.transport is not None:
-                self.transport.abort()
-            self.force_close()
-
-
-def _mark_heads(server: Server) -> None:
-    """Tell each connection when a request head is complete: aiohttp builds the request
-    object then, through the server's public `request_factory`."""
-    inner = server.request_factory
-
-    def factory(
-        message: Any, payload: Any, protocol: RequestHandler, writer: Any, task: Any
-    ) -> BaseRequest:
-        if isinstance(protocol, Connection):
-            protocol.enter(_Phase.REQUEST)
-            protocol.requests += 1
-        return inner(message, payload, protocol, writer, task)
-
-    server.request_factory = factory
 
 
 def _listening_socket(host: str, port: int, backlog: int) -> socket.socket:
@@ -194,35 +55,34 @@ def _refuse(sock: socket.socket) -> None:
     sock.close()
 
 
-class Listener(web.BaseSite):
-    """A TCP (and TLS) listener for an aiohttp runner that bounds every connection.
+class Listener:
+    """A TCP (and TLS) listener that bounds every connection.
 
-    aiohttp's TCPSite lets the event loop accept and handshake every connection, so it cannot
-    count or refuse those that never finish a TLS handshake. Here the listener accepts the
-    sockets itself: it counts each from accept, refuses it at the cap before any TLS work,
-    hands it to the loop's own TLS (`connect_accepted_socket`, uvloop's when running) with a
-    handshake timeout, and a sweep cuts connections that stay too long in a request head or
-    in a request.
+    The event loop's own servers accept and handshake every connection, so they cannot count
+    or refuse those that never finish a TLS handshake. Here the listener accepts the sockets
+    itself: it counts each from accept, refuses it at the cap before any TLS work, hands it to
+    the loop's own TLS (`connect_accepted_socket`, uvloop's when running) with a handshake
+    timeout, and a sweep cuts connections that stay too long in any phase.
     """
 
     def __init__(
         self,
-        runner: web.BaseRunner,
+        routes: Routes,
         host: str,
         port: int,
         *,
         ssl_context: ssl.SSLContext | None,
         limits: Limits,
         max_connections: int,
-        handler_kwargs: dict[str, Any],
         backlog: int = 128,
     ) -> None:
-        super().__init__(runner, ssl_context=ssl_context, backlog=backlog)
+        self.routes = routes
+        self._ssl_context = ssl_context
         self._host = host
         self._port = port
         self._limits = limits
         self._max = max_connections
-        self._kwargs = handler_kwargs
+        self._backlog = backlog
         self._loop: asyncio.AbstractEventLoop | None = None
         self._socket: socket.socket | None = None
         self._acceptor: asyncio.Task[None] | None = None
@@ -244,18 +104,15 @@ class Listener(web.BaseSite):
         return self._loop.time()
 
     async def start(self) -> None:
-        await super().start()
         self._loop = asyncio.get_running_loop()
-        server = self._runner.server
-        assert server is not None
-        _mark_heads(server)
         self._socket = _listening_socket(self._host, self._port, self._backlog)
         self._acceptor = self._loop.create_task(self._accept(self._socket))
         self._sweeper = self._loop.create_task(self._sweep())
 
-    async def stop(self) -> None:
-        """Stop accepting; connections mid-handshake are dropped, the others are the runner's
-        to drain (the sweep keeps timing them out meanwhile, until `finish`)."""
+    async def stop(self, timeout: float) -> None:
+        """Stop accepting; connections mid-handshake are dropped, idle ones closed, and those
+        with a request under way get `timeout` to be answered (the sweep keeps timing them
+        out meanwhile, until `finish`)."""
         if self._acceptor is not None:
             self._acceptor.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -268,7 +125,15 @@ class Listener(web.BaseSite):
         for conn in list(self.connections):
             if conn.handshake is not None:
                 conn.handshake.cancel()
-        await super().stop()
+        await asyncio.gather(*(c.settled(timeout) for c in list(self.connections)))
+        for conn in list(self.connections):
+            conn.close()
+        deadline = self.now() + 1.0  # the TLS goodbyes
+        while self.connections and self.now() < deadline:
+            await asyncio.sleep(0.01)
+        for conn in list(self.connections):
+            conn.cut("shutdown")
+            self.forget(conn)
 
     def _adopt_backlog(self, listening: socket.socket) -> None:
         """Take the connections the kernel completed but nobody accepted yet: their clients
@@ -290,7 +155,7 @@ class Listener(web.BaseSite):
         while self.now() < deadline:
             now = self.now()
             if not any(
-                c.phase in (_Phase.HANDSHAKE, _Phase.IDLE)
+                c.phase in (Phase.HANDSHAKE, Phase.IDLE)
                 and not c.requests
                 and now - c.since < FRESH_GRACE_SECONDS
                 for c in self.connections
@@ -299,7 +164,7 @@ class Listener(web.BaseSite):
             await asyncio.sleep(0.01)
 
     async def finish(self) -> None:
-        """After the runner's cleanup: stop the sweep."""
+        """After `stop`: stop the sweep."""
         if self._sweeper is not None:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -320,13 +185,11 @@ class Listener(web.BaseSite):
     def _admit(self, sock: socket.socket) -> None:
         """Count a new connection against the cap, then start its handshake."""
         loop = asyncio.get_running_loop()
-        server = self._runner.server
-        assert server is not None
         if len(self.connections) >= self._max and not self._make_room():
             CUT.labels("connection_cap").inc()
             _refuse(sock)
             return
-        conn = Connection(self, server, loop=loop, **self._kwargs)
+        conn = Connection(self, self.routes)
         self.connections.add(conn)
         conn.handshake = loop.create_task(self._open(sock, conn))
 
@@ -365,12 +228,13 @@ class Listener(web.BaseSite):
         new one refused."""
         now, stalled = self.now(), self._limits.stalled_body
         order: list[Callable[[Connection], bool]] = [
-            lambda c: c.phase is _Phase.IDLE and not c.requests,
-            lambda c: c.phase is _Phase.HANDSHAKE,
-            lambda c: c.phase is _Phase.HEAD,
+            lambda c: c.phase is Phase.IDLE and not c.requests,
+            lambda c: c.phase is Phase.HANDSHAKE,
+            lambda c: c.phase is Phase.HEAD,
+            lambda c: c.phase is Phase.WRITING,  # a client not reading its answers
             # a body still arriving after `stalled_body`: the apiserver sends one in one go
-            lambda c: c.phase is _Phase.REQUEST and c.body is not None and now - c.since > stalled,
-            lambda c: c.phase is _Phase.IDLE,
+            lambda c: c.phase is Phase.REQUEST and c.receiving and now - c.since > stalled,
+            lambda c: c.phase is Phase.IDLE,
         ]
         for wanted in order:
             candidates = [c for c in self.connections if wanted(c)]
@@ -383,30 +247,20 @@ class Listener(web.BaseSite):
 
     async def _sweep(self) -> None:
         limits = self._limits
-        tick = min(1.0, limits.header_timeout / 4, limits.body_timeout / 4)
+        tick = min(1.0, limits.header_timeout / 4, limits.body_timeout / 4, limits.idle_timeout / 4)
         while True:
             await asyncio.sleep(tick)
             now = self.now()
             for conn in list(self.connections):
                 waited = now - conn.since
-                if conn.phase is _Phase.HEAD and waited > limits.header_timeout:
+                phase = conn.phase
+                if phase is Phase.HEAD and waited > limits.header_timeout:
                     conn.cut("header_timeout")
-                elif conn.phase is not _Phase.REQUEST:
-                    continue
-                elif conn.body is not None and waited > limits.body_timeout:
-                    conn.body.set_exception(BodyTimeout())  # its handler answers 408
-                    conn.body = None
-                elif waited > limits.request_timeout:
+                elif phase is Phase.IDLE and waited > limits.idle_timeout:
+                    conn.close()  # the keep-alive timeout: a clean close
+                elif phase is Phase.WRITING and waited > RESPONSE_GRACE:
                     conn.cut("request_timeout")
-
-
-def handler_kwargs(limits: Limits) -> dict[str, Any]:
-    """RequestHandler settings: aiohttp's own keep-alive timeout is the idle timeout."""
-    accepted = inspect.signature(RequestHandler.__init__).parameters
-    kwargs: dict[str, Any] = {
-        "keepalive_timeout": limits.idle_timeout,
-        "lingering_time": limits.linger,
-        "access_log": None,
-    }
-    kwargs.update({k: v for k, v in HEAD_LIMITS.items() if k in accepted})
-    return kwargs
+                elif phase is Phase.REQUEST and conn.receiving and waited > limits.body_timeout:
+                    conn.body_overdue()  # answered 408
+                elif phase is Phase.REQUEST and waited > limits.request_timeout:
+                    conn.cut("request_timeout")

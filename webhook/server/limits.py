@@ -12,8 +12,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
-from aiohttp import web
-
 MiB = 1024 * 1024
 # The apiserver caps objects at ~1.5 MiB in etcd; 8 MiB leaves room for oldObject and options.
 MAX_BODY = 8 * MiB
@@ -131,6 +129,3 @@ class ServerState:
         self._trimmed_at = asyncio.get_running_loop().time()
         if self._trim is not None:
             self._trim(0)
-
-
-STATE = web.AppKey("state", ServerState)

@@ -10,10 +10,9 @@ import signal
 import ssl
 from dataclasses import dataclass, field
 
-from aiohttp import web
-
-from webhook.server.connections import Listener, handler_kwargs
-from webhook.server.limits import STATE, ServerState
+from webhook.server.connections import Listener
+from webhook.server.http1 import Routes
+from webhook.server.limits import ServerState
 
 log = logging.getLogger("gpu-admission")
 
@@ -23,13 +22,13 @@ PROBE_MAX_CONNECTIONS = 32
 
 @dataclass
 class Servers:
-    """The running listeners and their runners: the webhook port and the probe port."""
+    """The running listeners, the webhook port and the probe port, and what runs beside them
+    (the routes' contexts: rule watcher, cert reloader, live cache, hold expiry)."""
 
     state: ServerState
-    webhook: web.AppRunner
     webhook_site: Listener
-    probes: web.AppRunner | None = None
     probe_site: Listener | None = None
+    contexts: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
     stopped: bool = field(default=False)
 
     @property
@@ -64,52 +63,50 @@ class Servers:
             return
         self.stopped = True
         self.state.draining = True
-        await self.webhook.cleanup()
-        await self.webhook_site.finish()
-        if self.probes is not None:
-            await self.probes.cleanup()
-        if self.probe_site is not None:
-            await self.probe_site.finish()
+        try:
+            await self.webhook_site.stop(self.state.limits.request_timeout)
+            await self.webhook_site.finish()
+        finally:
+            await self.contexts.aclose()
+            if self.probe_site is not None:
+                await self.probe_site.stop(1.0)
+                await self.probe_site.finish()
 
 
 async def start_servers(
-    app: web.Application,
+    app: Routes,
     *,
     host: str,
     port: int,
     ssl_context: ssl.SSLContext | None,
-    probe_app: web.Application | None = None,
+    probe_app: Routes | None = None,
     probe_port: int = 0,
 ) -> Servers:
-    """Start the webhook port (and the probe port when `probe_app` is given)."""
-    state = app[STATE]
+    """Start the webhook port (and the probe port when `probe_app` is given), and what runs
+    beside them."""
+    state = app.state
     limits = state.limits
-    kwargs = handler_kwargs(limits)
-    runner = web.AppRunner(app, shutdown_timeout=limits.request_timeout, **kwargs)
-    await runner.setup()
     site = Listener(
-        runner,
+        app,
         host,
         port,
         ssl_context=ssl_context,
         limits=limits,
         max_connections=limits.max_connections,
-        handler_kwargs=kwargs,
     )
-    servers = Servers(state, runner, site)
+    servers = Servers(state, site)
     try:
+        for context in app.contexts:
+            await servers.contexts.enter_async_context(contextlib.asynccontextmanager(context)())
         await site.start()
         if probe_app is not None:
-            servers.probes = web.AppRunner(probe_app, shutdown_timeout=1.0, **kwargs)
-            await servers.probes.setup()
             servers.probe_site = Listener(
-                servers.probes,
+                probe_app,
                 host,
                 probe_port,
                 ssl_context=None,
                 limits=limits,
                 max_connections=PROBE_MAX_CONNECTIONS,
-                handler_kwargs=kwargs,
             )
             await servers.probe_site.start()
     except BaseException:  # a port in use, mostly: release the other one
@@ -119,8 +116,8 @@ async def start_servers(
 
 
 async def serve_until_signalled(
-    app: web.Application,
-    probe_app: web.Application | None,
+    app: Routes,
+    probe_app: Routes | None,
     *,
     host: str,
     port: int,

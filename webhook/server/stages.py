@@ -17,8 +17,6 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from aiohttp import web
-
 __all__ = ["OFF", "STAGES", "StageTotals", "Stopwatch", "Watch"]
 
 # In the order a review passes through them.
@@ -89,6 +87,6 @@ class StageTotals:
         pipeline.pod_views = self.timed(pipeline.pod_views, "views")
         pipeline.diff = self.timed(pipeline.diff, "diff")
 
-    async def handler(self, request: web.Request) -> web.Response:
-        body = {"reviews": self.reviews, "seconds": {s: self.totals[s] for s in STAGES}}
-        return web.json_response(body)
+    def report(self) -> dict[str, object]:
+        """GET /debug/stages: reviews timed, and seconds per stage."""
+        return {"reviews": self.reviews, "seconds": {s: self.totals[s] for s in STAGES}}

@@ -1,0 +1,415 @@
+"""HTTP/1.1 for the webhook's few routes: httptools parses, handlers answer at once, answers
+go out as prepared bytes.
+
+Why not aiohttp's server: a review is answered synchronously (decode, decide, encode), so a
+request object, a task per request, a stream reader and a response object cost more than
+deciding a plain pod (README, "Benchmarks"). This protocol keeps what the apiserver, the
+kubelet and Prometheus use: keep-alive, Content-Length and chunked bodies,
+`Expect: 100-continue`, pipelined requests answered in order. Nothing else: no upgrades, no
+compression. Every limit of the aiohttp-based layer it replaces holds here too: head size,
+body size and budget, and the phases the listener's sweep times (connections.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Any
+
+import httptools
+import orjson
+
+from webhook.server.body import Lease, Refused
+from webhook.server.limits import ServerState
+
+if TYPE_CHECKING:
+    from webhook.server.connections import Listener
+
+__all__ = ["Answer", "Connection", "Phase", "Request", "Routes", "error"]
+
+log = logging.getLogger("gpu-admission")
+
+# Request heads: the apiserver sends a short request line and a dozen small headers.
+MAX_URL = 4096
+MAX_FIELD = 4096  # one header, name and value
+MAX_HEADERS = 32
+MAX_HEAD = MAX_URL + MAX_HEADERS * MAX_FIELD  # 132 KiB of head at most per connection
+
+
+class Phase(enum.Enum):
+    HANDSHAKE = "handshake"  # TLS not done yet: bounded by the handshake timeout
+    IDLE = "idle"  # between requests: the idle timeout; evictable at the cap
+    HEAD = "head"  # part of a request head received: header timeout
+    REQUEST = "request"  # head complete, body arriving: body timeout
+    WRITING = "writing"  # answers not read by the client: the response grace
+    CLOSING = "closing"  # cut or closing; waiting for the transport to go
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    method: str
+    path: str
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    status: int
+    body: bytes
+    content_type: str = "application/json"
+    close: bool = False  # close the connection once this answer is written
+
+
+def error(status: int, reason: str, *, close: bool = False) -> Answer:
+    return Answer(status, orjson.dumps({"error": reason}), close=close)
+
+
+Handler = Callable[[Request], Answer]
+
+
+@dataclass
+class Routes:
+    """What one port answers, and what runs beside it while it serves (`contexts`: async
+    generator functions entered at start and left at stop, like aiohttp's cleanup_ctx)."""
+
+    state: ServerState
+    table: dict[str, dict[str, Handler]] = field(default_factory=dict)
+    contexts: list[Callable[[], Any]] = field(default_factory=list)
+
+    def add(self, method: str, path: str, handler: Handler) -> None:
+        self.table.setdefault(path, {})[method] = handler
+
+    def answer(self, request: Request) -> Answer:
+        methods = self.table.get(request.path)
+        if methods is None:
+            return error(404, f"no route {request.path}")
+        handler = methods.get(request.method)
+        if handler is None:
+            return error(405, f"{request.method} not allowed on {request.path}")
+        try:
+            return handler(request)
+        except Exception:  # never a traceback to the client
+            log.exception("internal error on %s", request.path)
+            return error(500, "internal error in gpu-admission; see the webhook log")
+
+
+def _status_line(status: int) -> bytes:
+    try:
+        phrase = HTTPStatus(status).phrase
+    except ValueError:
+        phrase = "Unknown"
+    return f"HTTP/1.1 {status} {phrase}\r\n".encode()
+
+
+_STATUS = {s.value: _status_line(s.value) for s in HTTPStatus}
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+
+def encode_answer(answer: Answer, close: bool) -> bytes:
+    """The whole response, status line to body, as one buffer: one write, one TLS record."""
+    head = _STATUS.get(answer.status) or _status_line(answer.status)
+    extra = b"Connection: close\r\n" if close else b""
+    return b"%sContent-Type: %s\r\nContent-Length: %d\r\n%s\r\n%s" % (
+        head,
+        answer.content_type.encode(),
+        len(answer.body),
+        extra,
+        answer.body,
+    )
+
+
+class _Stop(Exception):
+    """Raised inside a parser callback: nothing more on this connection is parsed."""
+
+
+class Connection(asyncio.Protocol):
+    """One client connection: the request being parsed, and the phase it is in and since
+    when, which the listener's sweep reads to cut clients that are too slow."""
+
+    def __init__(self, listener: Listener, routes: Routes) -> None:
+        self.listener = listener
+        self.routes = routes
+        self.state = routes.state
+        self.phase = Phase.HANDSHAKE
+        self.since = listener.now()
+        self.handshake: asyncio.Task[None] | None = None
+        self.requests = 0  # request heads received on this connection
+        self.receiving = False  # a body is arriving: the body timeout applies
+        self.close_after_response = False  # shutdown: close once the request under way is done
+        self.transport: asyncio.Transport | None = None
+        self._parser = httptools.HttpRequestParser(self)
+        self._lease = Lease(self.state)
+        self._url = b""
+        self._head_bytes = 0
+        self._headers = 0
+        self._continue = False
+        self._chunks: list[bytes] = []
+        self._total = 0
+        self._ignoring = False  # refused: what still arrives is dropped until the close
+        self._linger: asyncio.TimerHandle | None = None
+        self._write_paused = False
+        self._settled: asyncio.Event | None = None  # set when a request under way is done
+
+    # --- phases ----------------------------------------------------------------------------
+
+    def enter(self, phase: Phase) -> None:
+        if self.phase is not Phase.CLOSING:
+            self.phase = phase
+            self.since = self.listener.now()
+        if self._settled is not None and self.phase in (Phase.IDLE, Phase.CLOSING):
+            self._settled.set()
+
+    @property
+    def lingering(self) -> bool:
+        """Refused, answered, and dropping what still arrives until the close."""
+        return self._linger is not None
+
+    @property
+    def busy(self) -> bool:
+        """A request is under way: part of its head, or its head and part of its body."""
+        return self.phase in (Phase.HEAD, Phase.REQUEST)
+
+    # --- transport events ------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is duck-typed
+        self.enter(Phase.IDLE)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.listener.forget(self)
+        self.phase = Phase.CLOSING
+        self.receiving = False
+        self._lease.release()
+        self._chunks = []
+        if self._linger is not None:
+            self._linger.cancel()
+        if self._settled is not None:
+            self._settled.set()
+        self.transport = None
+
+    def pause_writing(self) -> None:
+        """The client is not reading its answers: read no more requests until it does."""
+        self._write_paused = True
+        if self.transport is not None:
+            self.transport.pause_reading()
+        if self.phase is Phase.IDLE:
+            self.enter(Phase.WRITING)
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if self.phase is Phase.WRITING:
+            self.enter(Phase.IDLE)
+        if self.transport is not None and not self._ignoring:
+            self.transport.resume_reading()
+
+    def data_received(self, data: bytes) -> None:
+        if self._ignoring or self.phase is Phase.CLOSING:
+            return
+        if self.phase is Phase.IDLE:
+            self.enter(Phase.HEAD)
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:  # ours, raised in a callback
+            if not isinstance(exc.__context__, _Stop):
+                log.error("request handling failed", exc_info=exc.__context__)
+                self.cut("internal_error")
+            return
+        except httptools.HttpParserUpgrade:
+            self._refuse(400, "protocol upgrades are not supported", "bad_request", linger=False)
+            return
+        except httptools.HttpParserError as exc:
+            self._refuse(400, f"malformed request: {_reason(exc)}", "bad_request", linger=False)
+            return
+        if self.phase is Phase.HEAD:
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD:
+                self._refuse(431, "request head too large", "head_too_large", linger=False)
+
+    # --- parser callbacks ------------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        if self.phase is Phase.IDLE:  # a pipelined request after an answer
+            self.enter(Phase.HEAD)
+        self._head_bytes = 0
+        self._url = b""
+        self._headers = 0
+        self._continue = False
+        self._chunks = []
+        self._total = 0
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+        if len(self._url) > MAX_URL:
+            self._refuse(414, "request URL too long", "head_too_large", linger=False)
+            raise _Stop
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers += 1
+        if self._headers > MAX_HEADERS or len(name) + len(value) > MAX_FIELD:
+            self._refuse(431, "request head too large", "head_too_large", linger=False)
+            raise _Stop
+        lowered = name.lower()
+        if lowered == b"content-length":
+            self._declared(value)
+        elif lowered == b"expect" and value.lower() == b"100-continue":
+            self._continue = True
+
+    def _declared(self, value: bytes) -> None:
+        """A Content-Length over the limit is refused before a byte of the body is read."""
+        try:
+            length = int(value)
+        except ValueError:
+            return  # the parser itself rejects it
+        if length > self.state.limits.max_body:
+            self._refuse(413, self._too_large, "body_too_large")
+            raise _Stop
+        try:
+            self._lease.cover(length)
+        except Refused as exc:
+            self._refuse_with(exc)
+            raise _Stop from None
+
+    @property
+    def _too_large(self) -> str:
+        return f"request body over {self.state.limits.max_body} bytes"
+
+    def on_headers_complete(self) -> None:
+        self.enter(Phase.REQUEST)
+        self.requests += 1
+        self._head_bytes = 0
+        self.receiving = True
+        if self._continue and self.transport is not None:
+            self.transport.write(_CONTINUE)
+
+    def on_body(self, chunk: bytes) -> None:
+        self._total += len(chunk)
+        if self._total > self.state.limits.max_body:  # chunked: cut at the limit
+            self._refuse(413, self._too_large, "body_too_large")
+            raise _Stop
+        try:
+            self._lease.cover(self._total)
+        except Refused as exc:
+            self._refuse_with(exc)
+            raise _Stop from None
+        self._chunks.append(chunk)
+
+    def on_message_complete(self) -> None:
+        self.receiving = False
+        chunks, self._chunks = self._chunks, []
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        path, _, _ = self._url.partition(b"?")
+        request = Request(self._parser.get_method().decode("latin-1"), path.decode("latin-1"), body)
+        del chunks
+        try:
+            answer = self.routes.answer(request)
+        finally:
+            self._lease.release()
+        close = (
+            answer.close
+            or self.close_after_response
+            or self.state.draining
+            or not self._parser.should_keep_alive()
+        )
+        self.enter(Phase.IDLE)
+        self._write(encode_answer(answer, close), close)
+        if close:
+            raise _Stop
+        if self._write_paused:  # answers pile up unread: the response grace runs
+            self.enter(Phase.WRITING)
+
+    # --- answers and cuts ------------------------------------------------------------------
+
+    def _write(self, data: bytes, close: bool) -> None:
+        transport = self.transport
+        if transport is None:
+            return
+        transport.write(data)
+        if close:
+            self.phase = Phase.CLOSING
+            self._ignoring = True
+            transport.close()  # after what was written goes out
+
+    def _refuse_with(self, exc: Refused) -> None:
+        self._refuse(exc.status, str(exc), exc.metric, linger=exc.linger)
+
+    def _refuse(self, status: int, reason: str, metric: str, *, linger: bool = True) -> None:
+        """Answer `status` and close. With `linger`, what the client still sends is read and
+        dropped for a short while first, so it gets to read the answer instead of a reset."""
+        from webhook.server.connections import CUT
+
+        CUT.labels(metric).inc()
+        self.receiving = False
+        self._chunks = []
+        self._lease.release()
+        transport = self.transport
+        if transport is None:
+            return
+        data = encode_answer(error(status, reason), close=True)
+        self.phase = Phase.CLOSING
+        self._ignoring = True
+        transport.write(data)
+        if linger:
+            loop = asyncio.get_running_loop()
+            self._linger = loop.call_later(self.state.limits.linger, transport.close)
+        else:
+            transport.close()
+
+    def body_overdue(self) -> None:
+        """Called by the sweep: the body did not arrive within the body timeout."""
+        within = f"request body not received within {self.state.limits.body_timeout:g} s"
+        self._refuse(408, within, "body_timeout", linger=False)
+
+    def cut(self, reason: str) -> None:
+        """Drop a client that broke a limit: no goodbye, its memory is freed at once."""
+        from webhook.server.connections import CUT
+
+        CUT.labels(reason).inc()
+        self.phase = Phase.CLOSING
+        self._ignoring = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    def evict(self) -> None:
+        """Make room at the cap: an idle keep-alive connection is closed politely (its client
+        sees a clean close), one in its handshake, head, body or unread answers is dropped."""
+        from webhook.server.connections import CUT
+
+        CUT.labels(f"evicted_{self.phase.value}").inc()
+        phase, self.phase = self.phase, Phase.CLOSING
+        self._ignoring = True
+        if self.handshake is not None:
+            self.handshake.cancel()
+        elif self.transport is None:
+            return
+        elif phase is Phase.IDLE:
+            self.transport.close()
+        else:
+            self.transport.abort()
+
+    def close(self) -> None:
+        """At shutdown: close an idle connection now, a busy one after its answer."""
+        if self.busy:
+            self.close_after_response = True
+        elif self.transport is not None and self.phase is not Phase.CLOSING:
+            self.phase = Phase.CLOSING
+            self._ignoring = True
+            self.transport.close()
+
+    async def settled(self, timeout: float) -> None:
+        """Wait (at most `timeout`) for the request under way to be answered."""
+        if not self.busy:
+            return
+        self.close_after_response = True
+        self._settled = asyncio.Event()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._settled.wait(), timeout)
+
+
+def _reason(exc: Exception) -> str:
+    text = str(exc) or type(exc).__name__
+    return text[:200]
