@@ -14,7 +14,9 @@ if TYPE_CHECKING:
 __all__ = ["Context"]
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen (a frozen dataclass pays object.__setattr__ per field on every review); never
+# edited after it is built all the same.
+@dataclass(slots=True)
 class Context:
     """Everything a check reads apart from the pod view. Immutable: checks do no I/O."""
 

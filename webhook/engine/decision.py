@@ -85,7 +85,9 @@ class Unreadable:
         return f"cannot read the {self.kind}: {self.path}: {self.problem}"
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen (a frozen dataclass pays object.__setattr__ per field on every review); never
+# edited after it is built all the same.
+@dataclass(slots=True)
 class Decision:
     """Everything decided about one object. Built by `combine`; never changed afterwards."""
 

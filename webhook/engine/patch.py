@@ -64,12 +64,31 @@ def diff(old: Any, new: Any, path: str = "") -> list[dict[str, Any]]:
     return ops
 
 
+_MISSING: Any = object()
+
+
 def _diff(old: Any, new: Any, path: str, ops: list[dict[str, Any]]) -> None:
-    if isinstance(old, dict) and isinstance(new, dict):
+    if type(old) is dict and type(new) is dict:
+        kept = 0  # keys of `old` still in `new`: when that is all of `new`, none was added
+        for key, old_value in old.items():
+            new_value = new.get(key, _MISSING)
+            if new_value is old_value:  # shared subtrees are unchanged by contract
+                kept += 1
+            elif new_value is _MISSING:
+                ops.append({"op": "remove", "path": f"{path}/{_escape(key)}"})
+            else:
+                kept += 1
+                _diff(old_value, new_value, f"{path}/{_escape(key)}", ops)
+        if kept < len(new):
+            for key, new_value in new.items():
+                if key not in old:
+                    ops.append({"op": "add", "path": f"{path}/{_escape(key)}", "value": new_value})
+        return
+    if isinstance(old, dict) and isinstance(new, dict):  # dict subclasses: the same, slower
         for key, old_value in old.items():
             if key not in new:
                 ops.append({"op": "remove", "path": f"{path}/{_escape(key)}"})
-            elif new[key] is not old_value:  # shared subtrees are unchanged by contract
+            elif new[key] is not old_value:
                 _diff(old_value, new[key], f"{path}/{_escape(key)}", ops)
         for key, new_value in new.items():
             if key not in old:

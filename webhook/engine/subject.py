@@ -16,7 +16,9 @@ from webhook.engine.podviews import group_of
 __all__ = ["Subject", "subject_for"]
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen (a frozen dataclass pays object.__setattr__ per field on every review); never
+# edited after it is built all the same.
+@dataclass(slots=True)
 class Subject:
     """The object, its kind, and the request facts rules depend on."""
 

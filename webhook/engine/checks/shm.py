@@ -28,13 +28,12 @@ SHM_PATH = "/dev/shm"
 
 def mounts_shm(container: dict[str, Any]) -> bool:
     """Whether the container mounts anything at /dev/shm (`/dev//shm/` too: the same path)."""
-    mounts = container.get("volumeMounts") or []
-    return any(
-        isinstance(m, dict)
-        and isinstance(m.get("mountPath"), str)
-        and normalise(m["mountPath"]) == SHM_PATH
-        for m in mounts
-    )
+    for m in container.get("volumeMounts") or ():
+        path = m.get("mountPath") if isinstance(m, dict) else None
+        # Only a path with "shm" in it can resolve to /dev/shm: skip resolving the others.
+        if isinstance(path, str) and "shm" in path and normalise(path) == SHM_PATH:
+            return True
+    return False
 
 
 def _memory_limit(c: ContainerView) -> Fraction | None:
