@@ -33,18 +33,20 @@ def effective_request(
     for asks, sidecar in init:
         if sidecar:
             for name, amount in asks.items():
-                running[name] = running.get(name, Fraction(0)) + amount
+                running[name] = running[name] + amount if name in running else amount
             step = running
         else:
-            step = {
-                n: running.get(n, Fraction(0)) + asks.get(n, Fraction(0)) for n in {*running, *asks}
-            }
+            step = dict(running)
+            for name, amount in asks.items():
+                step[name] = step[name] + amount if name in step else amount
         for name, amount in step.items():
-            if amount > peak.get(name, Fraction(0)):
+            if name not in peak or amount > peak[name]:
                 peak[name] = amount
     total = dict(running)
     for asks in regular:
         for name, amount in asks.items():
-            total[name] = total.get(name, Fraction(0)) + amount
-    out = {n: max(total.get(n, Fraction(0)), peak.get(n, Fraction(0))) for n in {*total, *peak}}
-    return {n: v for n, v in out.items() if v > 0}
+            total[name] = total[name] + amount if name in total else amount
+    for name, amount in peak.items():
+        if name not in total or amount > total[name]:
+            total[name] = amount
+    return {n: v for n, v in total.items() if v > 0}

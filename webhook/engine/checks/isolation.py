@@ -200,7 +200,6 @@ def _judged(pod: PodView) -> Iterator[ContainerView]:
 def visible_devices(pod: PodView, ctx: Context) -> Iterator[Finding]:
     cfg = ctx.settings.visible_devices
     allowed = cfg.allowed_values
-    shown_allowed = ", ".join(repr(v) for v in allowed)
     reach: bool | None = None
     for c in _judged(pod):
         for i, path in _device_list_mounts(c):
@@ -229,7 +228,7 @@ def visible_devices(pod: PodView, ctx: Context) -> Iterator[Finding]:
                 found = f"set to {env.get('value')!r}"
             else:
                 continue  # env beats envFrom and the image: nothing else can set it
-            yield _finding(pod, ctx, c, found, field, shown_allowed, advisory=False)
+            yield _finding(pod, ctx, c, found, field, advisory=False)
             continue
         if reach is None:
             reach = can_reach_gpu_nodes(pod, ctx)
@@ -244,7 +243,6 @@ def visible_devices(pod: PodView, ctx: Context) -> Iterator[Finding]:
                 c,
                 found,
                 field,
-                shown_allowed,
                 advisory=not definite and cfg.when_unknown == "allow",
             )
         elif not c.asks_gpu and pod.mutable and not pod.runtime:
@@ -274,10 +272,10 @@ def _finding(
     c: ContainerView,
     found: str,
     field: str,
-    allowed: str,
     *,
     advisory: bool,
 ) -> Finding:
+    allowed = ", ".join(repr(v) for v in ctx.settings.visible_devices.allowed_values)
     if c.asks_gpu:
         how = (
             "the device plugin sets this variable to the devices it allocated, and any other "
