@@ -29,8 +29,26 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 # Two workers: CI has two cores, and the end-to-end tests wait on servers half the time.
-test: lint
+test: lint test-packages
 	$(BIN)/python -m pytest -q -n 2
+
+.PHONY: test-packages report-screenshot
+
+# Debian packages the tests use: headless Chromium and chromedriver for the HTML report, zsh for
+# completion. Where they cannot be installed those tests skip, except in CI (CI set), where
+# this fails first.
+test-packages:
+	bash scripts/install-test-packages.sh || test -z "$$CI"
+
+# docs/audit-report.png, the README's picture of `audit -o html`: the example manifests against
+# the example cluster facts (exit 1: they include denials on purpose).
+report-screenshot: $(STAMP) test-packages
+	mkdir -p build
+	$(BIN)/gpu-admission audit examples/audit-example.yaml \
+		--cluster-snapshot examples/cluster-snapshot.yaml -o html > build/audit-report.html; \
+		test $$? -le 1
+	chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1280,1480 \
+		--screenshot=docs/audit-report.png file://$(CURDIR)/build/audit-report.html
 
 # dist/install.yaml: the self-signed overlay rendered as one file (needs kubectl); a test keeps
 # it equal to the render.

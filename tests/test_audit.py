@@ -18,7 +18,7 @@ from conftest import CORPUS, ROOT, Webhook
 
 from webhook.audit.manifests import read_sources
 from webhook.audit.reports import write_report
-from webhook.audit.run import audit
+from webhook.audit.run import FAIL_ON, audit
 from webhook.engine.compiled import compile_rules
 from webhook.ruleset.files import load_rules
 
@@ -106,7 +106,6 @@ def test_json_output_has_the_documented_shape() -> None:
     doc = json.loads(run_audit("input.yaml", "-o", "json", cwd=GOLDEN).stdout)
     assert set(doc) == {"summary", "results", "errors", "notChecked"}
     assert doc["notChecked"] == ["gpu-quota", "gpu-priority-class", "gpu-schedulable"]
-    assert set(doc["summary"]) == {"objects", "allowed", "denied", "warned", "mutated", "skipped"}
     assert doc["summary"] == {
         "objects": 3,
         "allowed": 2,
@@ -114,10 +113,13 @@ def test_json_output_has_the_documented_shape() -> None:
         "warned": 1,
         "mutated": 2,
         "skipped": 1,
+        "errors": 0,
     }
+    lines = (GOLDEN / "input.yaml").read_text().splitlines()
     for result in doc["results"]:
         assert set(result) == {
             "source",
+            "location",
             "kind",
             "namespace",
             "name",
@@ -125,18 +127,46 @@ def test_json_output_has_the_documented_shape() -> None:
             "findings",
             "patch",
         }
+        assert set(result["location"]) == {"file", "line", "column"}
+        assert result["location"]["file"] == "input.yaml"
         for finding in result["findings"]:
-            assert set(finding) == {"rule", "mode", "verdict", "path", "message"}
+            assert set(finding) == {"rule", "mode", "verdict", "path", "message", "location"}
             assert finding["verdict"] in ("deny", "warn", "audit")
+            # Each finding points into its own object: at or after where the object starts.
+            assert finding["location"]["line"] >= result["location"]["line"]
+            assert finding["location"]["line"] <= len(lines)
 
 
 def test_junit_output_parses_and_counts_match() -> None:
     root = ET.fromstring(run_audit("input.yaml", "-o", "junit", cwd=GOLDEN).stdout)
     assert root.tag == "testsuites"
     cases = root.findall("./testsuite/testcase")
-    assert int(root.get("tests", "0")) == len(cases) == 4
+    assert int(root.get("tests", "0")) == len(cases) == 3  # the workloads; no ConfigMap
     assert int(root.get("failures", "0")) == len(root.findall(".//failure")) == 1
-    assert int(root.get("skipped", "0")) == len(root.findall(".//skipped")) == 1
+    assert int(root.get("skipped", "0")) == len(root.findall(".//skipped")) == 0
+    assert {c.get("file") for c in cases} == {"input.yaml"}
+    assert all(int(c.get("line", "0")) > 0 for c in cases)
+
+
+def test_skipped_kinds_are_counted_always_and_listed_only_with_verbose() -> None:
+    plain = run_audit("input.yaml", "-o", "json", cwd=GOLDEN)
+    verbose = run_audit("input.yaml", "-o", "json", "--verbose", cwd=GOLDEN)
+    assert json.loads(plain.stdout)["summary"]["skipped"] == 1
+    assert "skipped" not in json.loads(plain.stdout)
+    doc = json.loads(verbose.stdout)
+    assert doc["summary"]["skipped"] == 1
+    (skipped,) = doc["skipped"]
+    assert skipped["kind"] == "ConfigMap" and skipped["source"] == "input.yaml#2"
+    text = (GOLDEN / "input.yaml").read_text().splitlines()
+    assert text[skipped["location"]["line"] - 1].startswith("apiVersion: v1")
+    assert "kind: ConfigMap" in text[skipped["location"]["line"]]
+    table = run_audit("input.yaml", cwd=GOLDEN).stdout
+    assert "ConfigMap" not in table and "1 skipped" in table
+    assert "SKIP  ConfigMap" in run_audit("input.yaml", "-v", cwd=GOLDEN).stdout
+    root = ET.fromstring(run_audit("input.yaml", "-o", "junit", "-v", cwd=GOLDEN).stdout)
+    assert root.get("tests") == "4" and root.get("skipped") == "1"
+    (case,) = [c for c in root.iter("testcase") if c.find("skipped") is not None]
+    assert "ConfigMap" in case.get("name", "")
 
 
 # wgpolicyk8s.io/v1alpha2 PolicyReport, transcribed from the API types of the
@@ -201,17 +231,40 @@ POLICY_REPORT_SCHEMA = {
 }
 
 
+# The cluster-scoped twin: no namespace, no scope.
+CLUSTER_POLICY_REPORT_SCHEMA = {
+    **POLICY_REPORT_SCHEMA,
+    "properties": {
+        **POLICY_REPORT_SCHEMA["properties"],
+        "kind": {"const": "ClusterPolicyReport"},
+        "metadata": {"type": "object", "required": ["name"], "not": {"required": ["namespace"]}},
+    },
+}
+
+
 def test_policyreports_validate_against_the_report_schema(corpus_audit: dict[str, Any]) -> None:
     result = run_audit(str(MANIFESTS), "-o", "policyreport")
     reports = [r for r in yaml.safe_load_all(result.stdout) if r]
     assert reports
+    namespaced = [r for r in reports if r["kind"] == "PolicyReport"]
     for report in reports:
-        jsonschema.validate(report, POLICY_REPORT_SCHEMA)
+        schema = POLICY_REPORT_SCHEMA if report in namespaced else CLUSTER_POLICY_REPORT_SCHEMA
+        jsonschema.validate(report, schema)
         counts = {k: 0 for k in report["summary"]}
         for r in report["results"]:
             counts[r["result"]] += 1
         assert counts == report["summary"]
     assert sum(r["summary"]["fail"] for r in reports) >= corpus_audit["summary"]["denied"]
+    # The object counts ride along as annotations, by the convention of every other output.
+    totals = {k: 0 for k in ("objects", "allowed", "denied", "warned", "mutated")}
+    for report in namespaced:
+        for key in totals:
+            totals[key] += int(report["metadata"]["annotations"][f"gpu-admission.io/{key}"])
+    assert totals == {k: corpus_audit["summary"][k] for k in totals}
+    # The corpus's broken files: error results of the one cluster-scoped report, with lines.
+    (errors,) = [r for r in reports if r["kind"] == "ClusterPolicyReport"]
+    assert errors["summary"]["error"] == len(corpus_audit["errors"])
+    assert all(int(r["properties"]["line"]) > 0 for r in errors["results"])
 
 
 def test_exit_codes_gate_ci(tmp_path: Path) -> None:
@@ -322,17 +375,51 @@ def test_colour_only_on_a_terminal_and_never_with_no_color() -> None:
     assert not use_colour("json", Terminal(), False, {})
 
 
-def test_junit_agrees_with_the_exit_code_for_every_fail_on(tmp_path: Path) -> None:
-    # A GPU pod with warnings only (no memory limit, no probes): passing, or failing with
-    # --fail-on warn, and the XML says the same as the exit code either way.
-    warned = GOLDEN.parent / "golden" / "pod-no-memory-limit-no-probes" / "input.yaml"
-    for fail_on, code, failures in (("deny", 0, "0"), ("warn", 1, "1")):
-        result = run_audit(str(warned), "-o", "junit", "--fail-on", fail_on)
-        assert result.returncode == code, result.stderr
-        root = ET.fromstring(result.stdout)
-        assert root.get("failures") == failures
-        if failures == "1":
-            assert root.find(".//failure").get("type") == "warn"
+WARNED = GOLDEN.parent / "golden" / "pod-no-memory-limit-no-probes" / "input.yaml"
+DENIED = GOLDEN.parent / "golden" / "pod-fractional-gpu-denied" / "input.yaml"
+PLAIN = (
+    "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers: [{name: a, image: x}]\n"
+)
+INPUTS = {
+    "nothing wrong": ("ok",),
+    "warned only": (str(WARNED),),
+    "denied only": (str(DENIED),),
+    "warned and denied": (str(WARNED), str(DENIED), "ok"),
+    "the golden mix": (str(GOLDEN / "input.yaml"),),
+    "a broken file too": (str(WARNED), "broken"),
+}
+
+
+@pytest.mark.parametrize("fail_on", FAIL_ON)
+@pytest.mark.parametrize("inputs", INPUTS.values(), ids=INPUTS.keys())
+def test_junit_agrees_with_the_exit_code_for_every_fail_on(
+    tmp_path: Path, fail_on: str, inputs: tuple[str, ...]
+) -> None:
+    (tmp_path / "ok").write_text(PLAIN)
+    (tmp_path / "broken").write_text(PLAIN + "  - : [\n")
+    paths = [str(tmp_path / p) if p in ("ok", "broken") else p for p in inputs]
+    junit = run_audit(*paths, "-o", "junit", "--fail-on", fail_on)
+    root = ET.fromstring(junit.stdout)
+    failures, errors = int(root.get("failures", "0")), int(root.get("errors", "0"))
+    assert failures == len(root.findall(".//failure"))
+    assert (errors > 0) == ("broken" in inputs)
+    assert junit.returncode == (2 if errors else 1 if failures else 0), junit.stdout
+    # The failing cases are exactly the objects the JSON output says fail under fail_on.
+    doc = json.loads(run_audit(*paths, "-o", "json", "--fail-on", fail_on).stdout)
+    verdicts = ("deny", "warn") if fail_on == "warn" else ("deny",)
+    failing = [
+        r
+        for r in doc["results"]
+        if not r["allowed"] or any(f["verdict"] in verdicts for f in r["findings"])
+    ]
+    assert failures == len(failing)
+    assert errors == len(doc["errors"]) == doc["summary"]["errors"]
+    s = doc["summary"]
+    assert failures == (s["denied"] if fail_on == "deny" else len(failing))
+    for case in root.iter("testcase"):
+        failure = case.find("failure")
+        if failure is not None:
+            assert failure.get("type") in verdicts
 
 
 def test_the_table_shows_patches_for_one_object_or_when_asked(tmp_path: Path) -> None:
@@ -356,3 +443,53 @@ def test_only_failed_lists_denied_and_warned_objects_but_counts_all() -> None:
     assert short["results"] == failing and len(failing) < len(full["results"])
     table = run_audit("input.yaml", "--only-failed", cwd=GOLDEN).stdout
     assert "OK " not in table and "DENY" in table
+
+
+def test_summary_counts_per_rule_and_namespace_without_a_line_per_object() -> None:
+    full = json.loads(
+        run_audit(str(MANIFESTS if MANIFESTS.is_dir() else GOLDEN), "-o", "json").stdout
+    )
+    short = json.loads(
+        run_audit(
+            str(MANIFESTS if MANIFESTS.is_dir() else GOLDEN), "-o", "json", "--summary"
+        ).stdout
+    )
+    assert "results" not in short
+    assert short["summary"] == full["summary"] and short["errors"] == full["errors"]
+    by_rule: dict[str, dict[str, int]] = {}
+    for result in full["results"]:
+        fired = set()
+        for f in result["findings"]:
+            tally = by_rule.setdefault(f["rule"], {"objects": 0, "deny": 0, "warn": 0, "audit": 0})
+            tally[f["verdict"]] += 1
+            if f["rule"] not in fired:
+                fired.add(f["rule"])
+                tally["objects"] += 1
+    assert short["byRule"] == by_rule
+    by_namespace = short["byNamespace"]
+    assert {r["namespace"] for r in full["results"]} == set(by_namespace)
+    for key in ("objects", "allowed", "denied", "warned", "mutated"):
+        assert sum(ns[key] for ns in by_namespace.values()) == full["summary"][key]
+    for ns, counts in by_namespace.items():
+        mine = [r for r in full["results"] if r["namespace"] == ns]
+        assert counts["objects"] == len(mine) == counts["allowed"] + counts["denied"]
+        assert counts["denied"] == sum(not r["allowed"] for r in mine)
+
+
+def test_the_summary_table_has_no_object_lines() -> None:
+    table = run_audit("input.yaml", "--summary", cwd=GOLDEN).stdout
+    assert "DENY" not in table and "Deployment/half" not in table
+    rows = {
+        line.split()[0]: line.split()[1:] for line in table.splitlines() if line.startswith("  ")
+    }
+    assert rows["gpu-whole-quantity"] == ["1", "1", "0", "0"]  # objects, deny, warn, audit
+    assert rows["ml-team"] == ["2", "1", "1", "1", "2"]  # objects, allowed, denied, warned, mutated
+    assert "3 objects: 2 allowed + 1 denied; of these 1 warned, 2 would be mutated" in table
+
+
+def test_no_progress_when_stderr_is_not_a_terminal(tmp_path: Path) -> None:
+    pod = (GOLDEN.parent / "golden" / "pod-no-memory-limit-no-probes" / "input.yaml").read_text()
+    (tmp_path / "many.yaml").write_text((pod + "---\n") * 3000)  # well over a second
+    result = run_audit(str(tmp_path / "many.yaml"), "--summary")
+    assert result.returncode == 0
+    assert result.stderr == ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
@@ -156,3 +157,54 @@ def test_crd_workload_kinds_the_cluster_serves_are_audited_in_a_served_version(
     result = run("--cluster", "--kubeconfig", str(cluster), "-o", "json", "--namespace", "ml-team")
     names = {r["name"] for r in json.loads(result.stdout)["results"]}
     assert "half-runtime" in names and "shared-runtime" not in names
+
+
+@pytest.mark.parametrize("fail_on", ["deny", "warn"])
+def test_cluster_junit_agrees_with_the_exit_code(
+    cluster: Path, server: FakeApiServer, fail_on: str
+) -> None:
+    lean = deployment("lean", "1")  # a GPU and no memory limit: warned, not denied
+    del lean["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"]
+    server.put("deployments", lean)
+    junit = run("--cluster", "--kubeconfig", str(cluster), "-o", "junit", "--fail-on", fail_on)
+    root = ET.fromstring(junit.stdout)
+    failures = int(root.get("failures", "0"))
+    assert junit.returncode == (1 if failures else 0)
+    failed = {
+        c.get("name", "").split()[0] for c in root.iter("testcase") if c.find("failure") is not None
+    }
+    doc = json.loads(run("--cluster", "--kubeconfig", str(cluster), "-o", "json").stdout)
+    verdicts = ("deny", "warn") if fail_on == "warn" else ("deny",)
+    failing = {
+        f"{r['kind']}/{r['name']}"
+        for r in doc["results"]
+        if not r["allowed"] or any(f["verdict"] in verdicts for f in r["findings"])
+    }
+    assert failed == failing and "Deployment/half" in failed
+    assert ("Deployment/lean" in failed) is (fail_on == "warn")
+    # Live objects come from no file: suites are namespaces, cases carry no file or line.
+    assert {s.get("name") for s in root.iter("testsuite")} == {"namespace ml-team"}
+    assert all(c.get("file") is None for c in root.iter("testcase"))
+
+
+def test_the_cluster_summary_counts_like_every_other_output(
+    cluster: Path, server: FakeApiServer
+) -> None:
+    lean = deployment("lean", "1")
+    del lean["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"]
+    server.put("deployments", lean)
+    table = run("--cluster", "--kubeconfig", str(cluster), "--namespace", "ml-team").stdout
+    doc = json.loads(
+        run(
+            "--cluster", "--kubeconfig", str(cluster), "--namespace", "ml-team", "-o", "json"
+        ).stdout
+    )
+    s = doc["summary"]
+    assert s["objects"] == s["allowed"] + s["denied"] and s["denied"] and s["warned"]
+    words = (
+        f"{s['objects']} objects: {s['allowed']} allowed + {s['denied']} denied; "
+        f"of these {s['warned']} warned, {s['mutated']} would be mutated"
+    )
+    # The totals line and the namespace's line (all objects are in ml-team) say the same.
+    assert table.count(words) == 2, table
+    assert all(r["location"] is None for r in doc["results"])

@@ -8,6 +8,7 @@ import logging
 import math
 import os
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -240,6 +241,14 @@ def _audit(args: argparse.Namespace) -> int:
     return run_audit(args)
 
 
+def _completion(args: argparse.Namespace) -> int:
+    """Print the completion script: shells source it (README, "Shell completion")."""
+    from webhook.completion import script
+
+    sys.stdout.write(script(build_parser(), args.shell))
+    return 0
+
+
 RULES_HELP = (
     "folder of rule files (default: $GPU_ADMISSION_RULES, else ./rules when there is one, "
     "else the built-in defaults)"
@@ -419,7 +428,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     aud.add_argument("--rules", help=RULES_HELP)
     aud.add_argument(
-        "--output", "-o", default="table", choices=["table", "json", "junit", "policyreport"]
+        "--output",
+        "-o",
+        default="table",
+        choices=["table", "json", "junit", "policyreport", "sarif", "html"],
+        help="table (default), json, junit, policyreport (wgpolicyk8s.io), sarif (SARIF "
+        "2.1.0 for code scanning, a result at the line of each finding), or html (one "
+        "self-contained page: GPU use against quota, findings per rule, every object)",
     )
     aud.add_argument(
         "--namespace",
@@ -440,6 +455,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--show-patch",
         action="store_true",
         help="show each object's patch as a diff in the table (shown anyway for one object)",
+    )
+    aud.add_argument(
+        "--summary",
+        action="store_true",
+        help="only counts: findings per rule and objects per namespace, no line per object "
+        "(table, json)",
+    )
+    aud.add_argument(
+        "--verbose",
+        "-v",
+        action="store_true",
+        help="also list the documents skipped because their kind holds no pod template",
     )
     aud.set_defaults(func=_audit)
 
@@ -475,6 +502,10 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--namespace", required=True)
     exp.add_argument("--labels", help="namespace labels, k=v,k=v")
     rules.set_defaults(func=_rules)
+
+    comp = sub.add_parser("completion", help="print a shell completion script (bash or zsh)")
+    comp.add_argument("shell", choices=["bash", "zsh"])
+    comp.set_defaults(func=_completion)
     return parser
 
 
@@ -484,6 +515,15 @@ def main(argv: list[str] | None = None) -> int:
         code: int = args.func(args)
     except BrokenPipeError:  # `... | head` closed the pipe: not an error worth a traceback
         return 0
+    except Exception:
+        # A bug, not a verdict: exit 2 ("could not finish"), never the 1 that CI hooks read
+        # as "something would be denied".
+        traceback.print_exc()
+        print(
+            "gpu-admission: internal error (a bug: please report it with the traceback above)",
+            file=sys.stderr,
+        )
+        return 2
     return code
 
 

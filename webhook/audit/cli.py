@@ -14,9 +14,12 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, TextIO
 
-from webhook.audit.reports import View, policy_reports, write_report
-from webhook.audit.run import AuditResult, Summary, audit
+from webhook.audit.manifests import InputError
+from webhook.audit.progress import Progress, progress_for
+from webhook.audit.reports import Page, View, policy_reports, write_report
+from webhook.audit.run import AuditResult, Skipped, Summary, audit
 from webhook.engine.compiled import CompiledRuleSet, compile_rules
+from webhook.facts.model import FactsSource
 
 __all__ = ["run_audit"]
 
@@ -32,26 +35,39 @@ def _fail(message: str) -> int:
     return 2
 
 
+def _counter(item: AuditResult | Skipped | InputError) -> str:
+    """The progress counter an audited item adds to."""
+    if isinstance(item, InputError):
+        return "errors"
+    return "skipped" if isinstance(item, Skipped) else "audited"
+
+
 def _report(
-    items: Iterable[Any], args: argparse.Namespace, rules: CompiledRuleSet, *, facts: bool
+    items: Iterable[Any],
+    args: argparse.Namespace,
+    rules: CompiledRuleSet,
+    *,
+    facts: FactsSource | None,
+    progress: Progress,
+    live: bool = False,
 ) -> Summary:
     colour = use_colour(args.output, sys.stdout, args.no_colour, os.environ)
     return write_report(
-        items,
+        progress.track(items, _counter),
         fmt=args.output,
-        out=sys.stdout,
+        out=progress.guard(sys.stdout),
         active=rules.base.active_rules,
-        unchecked=() if facts else rules.base.cluster_rules,
+        unchecked=() if facts is not None else rules.base.cluster_rules,
         colour=colour,
         fail_on=args.fail_on,
-        view=View(only_failed=args.only_failed, show_patch=args.show_patch),
+        view=View(
+            only_failed=args.only_failed,
+            show_patch=args.show_patch,
+            summary=args.summary,
+            verbose=args.verbose,
+        ),
+        page=Page(rules, facts, live),
     )
-
-
-def _verdict(summary: Summary, args: argparse.Namespace) -> int:
-    if summary.errors:
-        return 2
-    return 1 if summary.denied or (args.fail_on == "warn" and summary.warned) else 0
 
 
 def run_audit(args: argparse.Namespace) -> int:
@@ -78,7 +94,9 @@ def run_audit(args: argparse.Namespace) -> int:
         return _fail("audit needs paths (or - for stdin), or --cluster")
     namespace = args.namespace or "default"
     results = audit(read_sources(args.paths), rules, namespace=namespace, source=cluster)
-    return _verdict(_report(results, args, rules, facts=cluster is not None), args)
+    progress = progress_for(sys.stderr)
+    summary = _report(results, args, rules, facts=cluster, progress=progress)
+    return summary.exit_code(args.fail_on)
 
 
 def _cluster(args: argparse.Namespace, rules: CompiledRuleSet) -> int:
@@ -108,21 +126,23 @@ def _cluster(args: argparse.Namespace, rules: CompiledRuleSet) -> int:
                 collected.append(item)
             yield item
 
-    progress = sys.stderr if sys.stderr.isatty() else None
+    progress = progress_for(sys.stderr)
     try:
         workloads = list_workloads(
             api, namespace=args.namespace, progress=progress, table=rules.workloads
         )
-        summary = _report(keep(audit(workloads, rules, source=facts)), args, rules, facts=True)
+        results = keep(audit(workloads, rules, source=facts))
+        summary = _report(results, args, rules, facts=facts, progress=progress, live=True)
     except Exception as exc:
+        progress.clear()
         return _fail(f"the cluster read failed part way: {exc}")
     if args.output == "table":
         print_summary(summarize(collected, facts, rules))
     if args.write_reports:
-        reports = policy_reports(collected, Summary(), rules.base.active_rules, time.time(), [])
+        reports = policy_reports(collected, rules.base.active_rules, time.time(), [])
         try:
             written = write_reports(api, reports)
         except Exception as exc:
             return _fail(f"writing PolicyReports failed: {exc}")
         print(f"wrote {written} PolicyReports (wgpolicyk8s.io/v1alpha2)", file=sys.stderr)
-    return _verdict(summary, args)
+    return summary.exit_code(args.fail_on)

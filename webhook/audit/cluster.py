@@ -12,7 +12,8 @@ from fractions import Fraction
 from typing import Any, TextIO
 
 from webhook.audit.manifests import Document
-from webhook.audit.run import AuditResult
+from webhook.audit.progress import Progress
+from webhook.audit.run import AuditResult, Summary
 from webhook.engine.compiled import CompiledRuleSet
 from webhook.engine.podviews import BUILTIN_GROUPS
 from webhook.engine.workloads import DEFAULT_TABLE, WorkloadTable
@@ -65,23 +66,22 @@ def list_workloads(
     *,
     namespace: str | None = None,
     page_size: int = 500,
-    progress: TextIO | None = None,
+    progress: Progress | None = None,
     table: WorkloadTable = DEFAULT_TABLE,
 ) -> Iterator[Document]:
     """Top-level workloads, page by page: memory stays bounded by the page size. Built-in
-    kinds first, then every CRD kind of the workload table that the cluster serves."""
+    kinds first, then every CRD kind of the workload table that the cluster serves. Each
+    object listed counts as `listed` on `progress`."""
     from kubernetes import client
 
-    seen = 0
     for api_name, all_ns, one_ns, api_version, kind in WORKLOADS:
         api = getattr(client, api_name)(api_client)
         fn = getattr(api, one_ns if namespace else all_ns)
         kwargs = {"namespace": namespace} if namespace else {}
         for items, _ in pages(fn, page_size, **kwargs):
             for obj in items:
-                seen += 1
-                if progress is not None and seen % 500 == 0:
-                    print(f"\rlisted {seen} objects...", end="", file=progress, flush=True)
+                if progress is not None:
+                    progress.bump("listed")
                 if _controlled(obj):
                     continue  # judged through the object that owns it
                 obj.setdefault("apiVersion", api_version)
@@ -90,15 +90,12 @@ def list_workloads(
                 yield Document(f"{kind}/{meta.get('namespace', '')}/{meta.get('name', '')}", obj)
     for kind, items in _custom_workloads(api_client, table, namespace, page_size):
         for obj in items:
-            seen += 1
-            if progress is not None and seen % 500 == 0:
-                print(f"\rlisted {seen} objects...", end="", file=progress, flush=True)
+            if progress is not None:
+                progress.bump("listed")
             if _controlled(obj):
                 continue  # a RayCluster owned by a RayService, a JobSet owned by a TrainJob
             meta = obj.get("metadata") or {}
             yield Document(f"{kind}/{meta.get('namespace', '')}/{meta.get('name', '')}", obj)
-    if progress is not None and seen >= 500:
-        print(f"\rlisted {seen} objects.   ", file=progress, flush=True)
 
 
 def _custom_workloads(
@@ -144,12 +141,13 @@ def _custom_workloads(
 
 @dataclass
 class NamespaceSummary:
-    """GPUs requested by running GPU pods, against the namespace's quota; verdicts per object."""
+    """GPUs requested by running GPU pods, against the namespace's quota; the namespace's
+    objects counted as every audit output counts them (`run.Summary`)."""
 
     gpus: dict[str, Fraction] = field(default_factory=dict)
     by_product: dict[str, Fraction] = field(default_factory=dict)
     quota: dict[str, Fraction] = field(default_factory=dict)
-    verdicts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    counts: Summary = field(default_factory=Summary)
 
 
 def summarize(
@@ -157,8 +155,7 @@ def summarize(
 ) -> dict[str, NamespaceSummary]:
     out: dict[str, NamespaceSummary] = defaultdict(NamespaceSummary)
     for r in results:
-        verdict = "denied" if not r.allowed else "warned" if r.warned else "allowed"
-        out[r.namespace].verdicts[verdict] += 1
+        out[r.namespace].counts.add(r)
     is_gpu = rules.base.is_gpu
     for ns in list(out):
         facts = source.facts_for(ns)
@@ -185,10 +182,11 @@ def print_summary(summary: dict[str, NamespaceSummary], out: TextIO = sys.stdout
 
     print("\nGPU use by namespace (running pods) against quota:", file=out)
     for ns, s in sorted(summary.items()):
-        verdicts = ", ".join(f"{v} {k}" for k, v in sorted(s.verdicts.items()))
-        print(f"  {ns}: in use {show(s.gpus)}; quota {show(s.quota)}; {verdicts}", file=out)
+        name = ns or "(cluster-scoped)"
+        print(f"  {name}: in use {show(s.gpus)}; quota {show(s.quota)}", file=out)
         if s.by_product:
             print(f"    by product: {show(s.by_product)}", file=out)
+        print(f"    {s.counts.describe()}", file=out)
 
 
 MAX_RESULTS = 1000  # per report: etcd refuses objects past ~1.5 MB; failures are kept first
@@ -204,7 +202,10 @@ def bounded(report: dict[str, Any], limit: int = MAX_RESULTS) -> dict[str, Any]:
     if len(results) <= limit:
         return report
     kept = sorted(results, key=lambda r: _ORDER.get(r["result"], 5))[:limit]
-    annotations = {"gpu-admission.io/results-dropped": str(len(results) - limit)}
+    annotations = {
+        **report["metadata"].get("annotations", {}),
+        "gpu-admission.io/results-dropped": str(len(results) - limit),
+    }
     meta = {**report["metadata"], "annotations": annotations}
     return {**report, "metadata": meta, "results": kept}
 

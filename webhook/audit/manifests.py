@@ -3,6 +3,9 @@
 Garbage must not stop a run: a document that does not parse is reported with its line and the
 next file goes on. YAML alias bombs are refused by counting what a document expands to (shared
 nodes counted once per reference) before anything walks it.
+
+Each document keeps the node tree the loader composed it from (with every node's line and
+column) so a finding can point at the line of its field; nothing more is parsed for that.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from webhook.audit.locations import Location, locate, mark_location
+
 __all__ = ["MAX_NODES", "Document", "InputError", "read_sources"]
 
 # Far above any real manifest (a big Deployment is ~2k nodes), far below a billion laughs.
@@ -24,14 +29,28 @@ _SUFFIXES = (".yaml", ".yml", ".json")
 
 @dataclass(frozen=True, slots=True)
 class Document:
+    """One object to audit. `file` and `node` are there when it was read from text (a file or
+    stdin, `-`); an object listed from a cluster has neither, and so no location."""
+
     source: str  # "path#index" (index of the document in its file, then of the List item)
     obj: dict[str, Any]
+    file: str | None = None
+    node: yaml.Node | None = None
+
+    def locate(self, path: str) -> Location | None:
+        """Where the field `path` (kubectl style, relative to the object) is in the file."""
+        if self.node is None or self.file is None:
+            return None
+        return locate(self.node, path, self.file)
 
 
 @dataclass(frozen=True, slots=True)
 class InputError:
+    """Input that could not be audited, with where it went wrong when that is known."""
+
     source: str
     message: str
+    location: Location | None = None
 
 
 def _expanded_size(root: Any, limit: int) -> int:
@@ -88,48 +107,104 @@ def _too_deep(text: str, loader: Any) -> int | None:
     return None
 
 
+def _compose(loader: Any) -> Iterator[yaml.Node | None]:
+    """The node tree of each document of the stream (None for an empty one).
+
+    What `yaml.load_all` does, minus the construction: the caller builds the object from the
+    node and keeps the node for the locations of findings.
+    """
+    while loader.check_node():
+        yield loader.get_node()
+
+
 def _documents(text: str, label: str) -> Iterator[Document | InputError]:
-    loader = yaml.CSafeLoader if hasattr(yaml, "CSafeLoader") else yaml.SafeLoader
+    loader_class = yaml.CSafeLoader if hasattr(yaml, "CSafeLoader") else yaml.SafeLoader
     has_anchors = "&" in text
     index = 0
-    deep = _too_deep(text, loader)
+    deep = _too_deep(text, loader_class)
     if deep is not None:
-        yield InputError(f"{label}#0", f"nested deeper than {MAX_DEPTH} levels at line {deep}")
+        yield InputError(
+            f"{label}#0",
+            f"nested deeper than {MAX_DEPTH} levels at line {deep}",
+            Location(label, deep, 1) if deep else None,
+        )
         return
-    stream = yaml.load_all(text, Loader=loader)
-    while True:
-        try:
-            doc = next(stream)
-        except StopIteration:
-            return
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" line {mark.line + 1}" if mark is not None else ""
-            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-            yield InputError(f"{label}#{index}", f"not valid YAML at{where}: {problem}")
-            return  # the parser cannot resync after an error in this stream
-        except RecursionError:
-            yield InputError(f"{label}#{index}", "nesting too deep to read")
-            return
-        source = f"{label}#{index}"
-        index += 1
-        if doc is None:
-            continue
-        # Aliases need anchors: a text without "&" cannot expand, so skip the count.
-        if has_anchors and _expanded_size(doc, MAX_NODES) > MAX_NODES:
-            yield InputError(source, f"expands to over {MAX_NODES} nodes (YAML alias bomb?)")
-            continue
-        if not isinstance(doc, dict):
-            yield InputError(source, f"expected an object, found {type(doc).__name__}")
-            continue
-        if str(doc.get("kind", "")).endswith("List") and isinstance(doc.get("items"), list):
-            for i, item in enumerate(doc["items"]):
-                if isinstance(item, dict):
-                    yield Document(f"{source}.items[{i}]", item)
-                else:
-                    yield InputError(f"{source}.items[{i}]", "expected an object")
-            continue
-        yield Document(source, doc)
+    loader = loader_class(text)
+    nodes = _compose(loader)
+    try:
+        while True:
+            try:
+                node = next(nodes)
+                doc = loader.construct_document(node) if node is not None else None
+            except StopIteration:
+                return
+            except yaml.YAMLError as exc:
+                location = _error_location(exc, text, label)
+                where = f" line {location.line}" if location is not None else ""
+                problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+                yield InputError(
+                    f"{label}#{index}", f"not valid YAML at{where}: {problem}", location
+                )
+                return  # the parser cannot resync after an error in this stream
+            except RecursionError:
+                yield InputError(f"{label}#{index}", "nesting too deep to read")
+                return
+            source = f"{label}#{index}"
+            index += 1
+            if doc is None or node is None:
+                continue
+            start = mark_location(node.start_mark, label)
+            # Aliases need anchors: a text without "&" cannot expand, so skip the count.
+            if has_anchors and _expanded_size(doc, MAX_NODES) > MAX_NODES:
+                yield InputError(
+                    source, f"expands to over {MAX_NODES} nodes (YAML alias bomb?)", start
+                )
+                continue
+            if not isinstance(doc, dict):
+                yield InputError(source, f"expected an object, found {type(doc).__name__}", start)
+                continue
+            if str(doc.get("kind", "")).endswith("List") and isinstance(doc.get("items"), list):
+                yield from _list_items(source, doc["items"], _items_node(node), label)
+                continue
+            yield Document(source, doc, label, node)
+    finally:
+        loader.dispose()
+
+
+def _error_location(exc: yaml.YAMLError, text: str, label: str) -> Location | None:
+    """Where the parser gave up. At the end of a text without a final newline libyaml marks
+    a line the text does not have: that is the end of the last line, for an editor."""
+    mark = getattr(exc, "problem_mark", None)
+    if mark is None:
+        return None
+    where = mark_location(mark, label)
+    last = text.count("\n") + 1  # as editors number lines: one after a final newline
+    if where.line > last:
+        return Location(label, last, len(text) - (text.rfind("\n") + 1) + 1)
+    return where
+
+
+def _items_node(node: yaml.Node) -> yaml.SequenceNode | None:
+    """The node of a List's `items`, whose entries are the nodes of the listed objects."""
+    found = None
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            if isinstance(key, yaml.ScalarNode) and key.value == "items":
+                found = value
+    return found if isinstance(found, yaml.SequenceNode) else None
+
+
+def _list_items(
+    source: str, items: list[Any], node: yaml.SequenceNode | None, label: str
+) -> Iterator[Document | InputError]:
+    nodes = node.value if node is not None and len(node.value) == len(items) else None
+    for i, item in enumerate(items):
+        item_node = nodes[i] if nodes is not None else None
+        if isinstance(item, dict):
+            yield Document(f"{source}.items[{i}]", item, label, item_node)
+        else:
+            where = mark_location(item_node.start_mark, label) if item_node is not None else None
+            yield InputError(f"{source}.items[{i}]", "expected an object", where)
 
 
 def _files(path: Path) -> Iterator[Path]:

@@ -1,5 +1,10 @@
 """Audit output formats: a table for people, JSON for scripts, JUnit for CI, PolicyReports for
-the dashboards that already read the wgpolicyk8s.io format."""
+the dashboards that already read the wgpolicyk8s.io format, SARIF for code scanning.
+
+Every format counts by one convention (`run.Summary`): each object is allowed or denied, and
+warned and mutated count objects among those; a JUnit failure is an object that makes the
+exit code 1 under the same `--fail-on`.
+"""
 
 from __future__ import annotations
 
@@ -15,10 +20,16 @@ from typing import Any, TextIO
 import orjson
 import yaml
 
+from webhook.audit.html import write_html
+from webhook.audit.locations import Location
 from webhook.audit.manifests import InputError
 from webhook.audit.run import AuditResult, Skipped, Summary
+from webhook.audit.sarif import write_sarif
+from webhook.audit.tallies import VERDICTS, Tallies
+from webhook.engine.compiled import CompiledRuleSet
+from webhook.facts.model import FactsSource
 
-__all__ = ["FORMATS", "View", "policy_reports", "write_report"]
+__all__ = ["FORMATS", "Page", "View", "policy_reports", "write_report"]
 
 Item = AuditResult | Skipped | InputError
 
@@ -36,10 +47,35 @@ def _title(r: AuditResult) -> str:
 @dataclass(frozen=True, slots=True)
 class View:
     """What the table and JSON show: every object, or only denied and warned ones (the counts
-    always cover everything); patch diffs in the table with `show_patch`, or for one object."""
+    always cover everything), or with `summary` only counts per rule and per namespace; patch
+    diffs in the table with `show_patch`, or for one object. Skipped kinds are listed (table,
+    JSON, JUnit, SARIF) only when `verbose`."""
 
     only_failed: bool = False
     show_patch: bool = False
+    summary: bool = False
+    verbose: bool = False
+
+
+def _where(location: dict[str, Any] | None) -> str:
+    """`file:line:col  ` before a located finding; nothing for one from a live cluster."""
+    if location is None:
+        return ""
+    return f"{location['file']}:{location['line']}:{location['column']}  "
+
+
+def _listed(item: AuditResult, view: View) -> bool:
+    return not (view.only_failed and item.allowed and not item.warned)
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """What the HTML report draws beside the results: every active rule, and the GPUs in use
+    and quotas of the cluster facts the audit ran with (None: unknown)."""
+
+    rules: CompiledRuleSet
+    facts: FactsSource | None = None
+    live: bool = False  # the objects are the live cluster's: already counted as in use
 
 
 def patch_diff(r: AuditResult) -> list[str]:
@@ -61,7 +97,7 @@ def _single(items: Iterable[Item]) -> tuple[bool, Iterator[Item]]:
 
 def _table(
     items: Iterable[Item],
-    summary: Summary,
+    tallies: Tallies,
     out: TextIO,
     colour: bool,
     unchecked: list[str],
@@ -70,31 +106,39 @@ def _table(
     single, stream = _single(items)
     show_patch = view.show_patch or single
     for item in stream:
-        summary.add(item)
         if isinstance(item, InputError):
             print(_paint(f"ERROR {item.source}: {item.message}", "deny", colour), file=out)
             continue
-        if isinstance(item, Skipped):
+        if view.summary:
             continue
-        if view.only_failed and item.allowed and not item.warned:
+        if isinstance(item, Skipped):
+            if view.verbose:
+                line = f", line {item.location.line}" if item.location else ""
+                print(f"SKIP  {item.kind}  ({item.source}{line}): holds no pod template", file=out)
+            continue
+        if not _listed(item, view):
             continue
         verdict = "DENY" if not item.allowed else "WARN" if item.warned else "OK"
         key = {"DENY": "deny", "WARN": "warn", "OK": "ok"}[verdict]
-        print(f"{_paint(verdict.ljust(5), key, colour)} {_title(item)}  ({item.source})", file=out)
+        line = f", line {item.location.line}" if item.location else ""
+        print(
+            f"{_paint(verdict.ljust(5), key, colour)} {_title(item)}  ({item.source}{line})",
+            file=out,
+        )
         for f in item.findings():
-            print(
-                f"  {_paint(f['verdict'].ljust(5), f['verdict'], colour)} {f['message']}", file=out
-            )
+            mark = _paint(f["verdict"].ljust(5), f["verdict"], colour)
+            print(f"  {mark} {_where(f['location'])}{f['message']}", file=out)
         diff = patch_diff(item) if show_patch else []
         if diff:
             print("  patch:", file=out)
             for line in diff:
                 sign = line[:1]
                 print("    " + (_paint(line, sign, colour) if sign in "+-" else line), file=out)
-    s = summary
+    if view.summary:
+        _table_counts(tallies, out)
+    s = tallies.total
     print(
-        f"\n{s.objects} objects: {s.allowed} allowed, {s.denied} denied, {s.warned} warned, "
-        f"{s.mutated} would be mutated; {s.skipped} skipped (not workloads), {s.errors} errors",
+        f"\n{s.describe()}; {s.skipped} skipped (not workloads), {s.errors} errors",
         file=out,
     )
     if unchecked:
@@ -104,9 +148,41 @@ def _table(
         )
 
 
+def _columns(title: str, heads: tuple[str, ...], rows: list[tuple[str, list[int]]]) -> list[str]:
+    """A left column of names and right-aligned numbers under their heads."""
+    width = max([len(title), *(len(name) + 2 for name, _ in rows)])
+    lines = [title.ljust(width) + "".join(f"  {h}" for h in heads)]
+    for name, numbers in rows:
+        cells = "".join(f"  {n:>{len(h)}}" for h, n in zip(heads, numbers, strict=True))
+        lines.append(f"  {name}".ljust(width) + cells)
+    return lines
+
+
+def _table_counts(tallies: Tallies, out: TextIO) -> None:
+    """`--summary`: findings per rule and objects per namespace instead of one line each."""
+    rules = [(rule, [t.objects, t.deny, t.warn, t.audit]) for rule, t in tallies.rules()]
+    if rules:
+        for line in _columns("findings by rule", ("objects", *VERDICTS), rules):
+            print(line, file=out)
+    else:
+        print("no findings", file=out)
+    heads = ("objects", "allowed", "denied", "warned", "mutated")
+    spaces = [
+        (ns or "(cluster-scoped)", list(s.counts().values())) for ns, s in tallies.namespaces()
+    ]
+    if spaces:
+        for line in _columns("objects by namespace", heads, spaces):
+            print(line, file=out)
+
+
+def _location_json(location: Location | None) -> dict[str, Any] | None:
+    return location.as_json() if location is not None else None
+
+
 def _result_json(r: AuditResult) -> dict[str, Any]:
     return {
         "source": r.source,
+        "location": _location_json(r.location),
         "kind": r.kind,
         "namespace": r.namespace,
         "name": r.name,
@@ -117,68 +193,106 @@ def _result_json(r: AuditResult) -> dict[str, Any]:
 
 
 def _json(
-    items: Iterable[Item], summary: Summary, out: TextIO, unchecked: list[str], view: View
+    items: Iterable[Item], tallies: Tallies, out: TextIO, unchecked: list[str], view: View
 ) -> None:
-    results, errors = [], []
+    results, errors, skipped = [], [], []
     for item in items:
-        summary.add(item)
         if isinstance(item, AuditResult):
-            if view.only_failed and item.allowed and not item.warned:
-                continue
-            results.append(_result_json(item))
+            if not view.summary and _listed(item, view):
+                results.append(_result_json(item))
         elif isinstance(item, InputError):
-            errors.append({"source": item.source, "message": item.message})
-    doc = {
-        "summary": {
-            "objects": summary.objects,
-            "allowed": summary.allowed,
-            "denied": summary.denied,
-            "warned": summary.warned,
-            "mutated": summary.mutated,
-            "skipped": summary.skipped,
-        },
-        "results": results,
-        "errors": errors,
-        "notChecked": unchecked,
+            errors.append(
+                {
+                    "source": item.source,
+                    "location": _location_json(item.location),
+                    "message": item.message,
+                }
+            )
+        elif view.verbose and not view.summary:
+            skipped.append(
+                {
+                    "source": item.source,
+                    "kind": item.kind,
+                    "location": _location_json(item.location),
+                }
+            )
+    s = tallies.total
+    doc: dict[str, Any] = {
+        "summary": {**s.counts(), "skipped": s.skipped, "errors": s.errors},
     }
+    if view.summary:
+        doc.update(tallies.as_json())
+    else:
+        doc["results"] = results
+    if view.verbose and not view.summary:
+        doc["skipped"] = skipped
+    doc["errors"] = errors
+    doc["notChecked"] = unchecked
     out.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2, default=str).decode() + "\n")
 
 
-def _junit(items: Iterable[Item], summary: Summary, out: TextIO, fail_on: str = "deny") -> None:
-    """One testsuite per file, one testcase per object; denials are failures (and warnings,
-    with `--fail-on warn`, so the XML agrees with the exit code), input errors are errors,
-    and skipped kinds are skipped cases."""
+def _suite_of(item: Item) -> str:
+    """Manifests group by file; live objects, which have none, by namespace."""
+    if isinstance(item, InputError):
+        return item.source.split("#", 1)[0]
+    if item.location is not None:
+        return item.location.file
+    if isinstance(item, AuditResult):
+        return f"namespace {item.namespace or '(cluster-scoped)'}"
+    return item.source.split("#", 1)[0]
+
+
+def _case(suite: ET.Element, name: str, location: Location | None) -> ET.Element:
+    case = ET.SubElement(suite, "testcase", classname=suite.get("name", ""), name=name)
+    if location is not None:  # read by GitLab, Jenkins and others to link the file
+        case.set("file", location.file)
+        case.set("line", str(location.line))
+    return case
+
+
+def _junit(items: Iterable[Item], out: TextIO, fail_on: str, view: View) -> None:
+    """One testsuite per file (per namespace for a live cluster), one testcase per object.
+
+    A case fails exactly when its object makes the exit code 1 under `fail_on` (denied; or
+    warned, with `--fail-on warn`), so `failures > 0` whenever the exit code is 1. Input
+    errors are errors; skipped kinds are skipped cases, listed only with `--verbose`.
+    """
     suites: dict[str, ET.Element] = {}
+
+    def suite_for(item: Item) -> ET.Element:
+        name = _suite_of(item)
+        if name not in suites:
+            suites[name] = ET.Element("testsuite", name=name)
+        return suites[name]
+
     for item in items:
-        summary.add(item)
-        file = item.source.split("#", 1)[0]
-        suite = suites.get(file)
-        if suite is None:
-            suite = suites[file] = ET.Element("testsuite", name=file)
         if isinstance(item, InputError):
-            case = ET.SubElement(suite, "testcase", classname=file, name=item.source)
+            case = _case(suite_for(item), item.source, item.location)
             ET.SubElement(case, "error", message=item.message, type="input")
             continue
-        name = f"{item.kind} {item.source}"
         if isinstance(item, Skipped):
-            case = ET.SubElement(suite, "testcase", classname=file, name=name)
-            ET.SubElement(case, "skipped", message=f"{item.kind} holds no pod template")
+            if view.verbose:
+                case = _case(suite_for(item), f"{item.kind} {item.source}", item.location)
+                ET.SubElement(case, "skipped", message=f"{item.kind} holds no pod template")
             continue
-        case = ET.SubElement(
-            suite, "testcase", classname=file, name=f"{_title(item)} ({item.source})"
-        )
+        case = _case(suite_for(item), f"{_title(item)} ({item.source})", item.location)
         findings = item.findings()
         failing = ("deny", "warn") if fail_on == "warn" else ("deny",)
-        failed = [f for f in findings if f["verdict"] in failing]
+        failed = [f for f in findings if f["verdict"] in failing] if item.fails(fail_on) else []
         if failed:
             failure = ET.SubElement(
                 case, "failure", message=failed[0]["message"][:200], type=failed[0]["verdict"]
             )
             failure.text = "\n".join(
-                f["message"] if f["verdict"] == "deny" else f"{f['verdict']}: {f['message']}"
+                _where(f["location"])
+                + (f["message"] if f["verdict"] == "deny" else f"{f['verdict']}: {f['message']}")
                 for f in failed
             )
-        others = [f"{f['verdict']}: {f['message']}" for f in findings if f not in failed]
+        others = [
+            f"{_where(f['location'])}{f['verdict']}: {f['message']}"
+            for f in findings
+            if f not in failed
+        ]
         if others:
             ET.SubElement(case, "system-out").text = "\n".join(others)
     root = ET.Element("testsuites", name="gpu-admission audit")
@@ -197,11 +311,19 @@ def _junit(items: Iterable[Item], summary: Summary, out: TextIO, fail_on: str = 
 
 _RESULT = {"enforce": "fail", "audit": "fail", "warn": "warn"}
 _SEVERITY = {"enforce": "high", "audit": "medium", "warn": "low"}
+_LABELS = {"app.kubernetes.io/managed-by": "gpu-admission"}
+
+
+def _place(location: Location | dict[str, Any] | None) -> dict[str, str]:
+    """A location as PolicyReport result properties, which hold strings only."""
+    if location is None:
+        return {}
+    where = location.as_json() if isinstance(location, Location) else location
+    return {k: str(v) for k, v in where.items()}
 
 
 def policy_reports(
     items: Iterable[Item],
-    summary: Summary,
     active: Iterable[str],
     now: float,
     unchecked: list[str],
@@ -209,15 +331,34 @@ def policy_reports(
     """wgpolicyk8s.io/v1alpha2 PolicyReports, one per namespace; a result per object and rule.
 
     Rules that ran and found nothing report `pass`, so dashboards can show compliance; rules
-    that could not run (no cluster facts) report `skip`, never a false pass.
+    that could not run (no cluster facts) report `skip`, never a false pass. The report's
+    `summary` counts results (object x rule), as the format says; its annotations carry the
+    object counts every other output shows. Input errors, which belong to no namespace, go to
+    one ClusterPolicyReport of `error` results.
     """
     stamp = {"seconds": int(now), "nanos": 0}
     active = list(active)
     by_ns: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    counts: dict[str, Summary] = defaultdict(Summary)
+    errors: list[dict[str, Any]] = []
     for item in items:
-        summary.add(item)
+        if isinstance(item, InputError):
+            errors.append(
+                {
+                    "source": "gpu-admission",
+                    "policy": "gpu-admission",
+                    "rule": "input",
+                    "timestamp": dict(stamp),
+                    "result": "error",
+                    "scored": False,
+                    "message": item.message,
+                    "properties": {"source": item.source, **_place(item.location)},
+                }
+            )
+            continue
         if not isinstance(item, AuditResult):
             continue
+        counts[item.namespace].add(item)
         subject = {
             "apiVersion": item.api_version,
             "kind": item.kind,
@@ -239,7 +380,12 @@ def policy_reports(
                     "scored": True,
                     "resources": [dict(subject)],
                     "message": f["message"],
-                    "properties": {"mode": f["mode"], "path": f["path"], "source": item.source},
+                    "properties": {
+                        "mode": f["mode"],
+                        "path": f["path"],
+                        "source": item.source,
+                        **_place(f["location"]),
+                    },
                 }
             )
         for rule in active:
@@ -255,40 +401,51 @@ def policy_reports(
                         "resources": [dict(subject)],
                     }
                 )
-    reports = []
-    for namespace, results in sorted(by_ns.items()):
-        counts = {k: 0 for k in ("pass", "fail", "warn", "error", "skip")}
-        for r in results:
-            counts[r["result"]] += 1
-        reports.append(
-            {
-                "apiVersion": "wgpolicyk8s.io/v1alpha2",
-                "kind": "PolicyReport",
-                "metadata": {
-                    "name": "gpu-admission",
-                    "namespace": namespace,
-                    "labels": {"app.kubernetes.io/managed-by": "gpu-admission"},
-                },
-                "summary": counts,
-                "results": results,
-            }
+    reports = [
+        _report(
+            "PolicyReport",
+            {"name": "gpu-admission", "namespace": namespace},
+            results,
+            {f"gpu-admission.io/{k}": str(v) for k, v in counts[namespace].counts().items()},
         )
+        for namespace, results in sorted(by_ns.items())
+    ]
+    if errors:
+        meta = {"name": "gpu-admission-input-errors"}
+        reports.append(_report("ClusterPolicyReport", meta, errors, {}))
     return reports
+
+
+def _report(
+    kind: str, meta: dict[str, str], results: list[dict[str, Any]], notes: dict[str, str]
+) -> dict[str, Any]:
+    summary = {k: 0 for k in ("pass", "fail", "warn", "error", "skip")}
+    for r in results:
+        summary[r["result"]] += 1
+    metadata: dict[str, Any] = {**meta, "labels": dict(_LABELS)}
+    if notes:
+        metadata["annotations"] = notes
+    return {
+        "apiVersion": "wgpolicyk8s.io/v1alpha2",
+        "kind": kind,
+        "metadata": metadata,
+        "summary": summary,
+        "results": results,
+    }
 
 
 def _policyreport(
     items: Iterable[Item],
-    summary: Summary,
     out: TextIO,
     active: tuple[str, ...],
     now: float,
     unchecked: list[str],
 ) -> None:
-    reports = policy_reports(items, summary, active, now, unchecked)
+    reports = policy_reports(items, active, now, unchecked)
     out.write(yaml.safe_dump_all(reports, sort_keys=False) if reports else "")
 
 
-FORMATS = ("table", "json", "junit", "policyreport")
+FORMATS = ("table", "json", "junit", "policyreport", "sarif", "html")
 
 
 def write_report(
@@ -302,24 +459,51 @@ def write_report(
     now: float | None = None,
     fail_on: str = "deny",
     view: View | None = None,
+    tallies: Tallies | None = None,
+    page: Page | None = None,
 ) -> Summary:
     """Write `items` in `fmt` and return the counts (the caller turns them into an exit code).
 
     `active` are the rules that judged every object (PolicyReports say `pass` for those that
     found nothing); `unchecked` the ones that could not run for want of cluster facts.
+    `tallies`, when given, receives the counts (per rule and namespace too, when detailed).
+    `page` is what the HTML report needs beyond the results (the rules, the cluster facts).
     """
-    summary = Summary()
-    skipped = list(unchecked)
     view = view or View()
+    tallies = tallies if tallies is not None else Tallies(detailed=view.summary)
+    counted = tallies.counted(items)
+    skipped = list(unchecked)
     if fmt == "table":
-        _table(items, summary, out, colour, skipped, view)
+        _table(counted, tallies, out, colour, skipped, view)
     elif fmt == "json":
-        _json(items, summary, out, skipped, view)
+        _json(counted, tallies, out, skipped, view)
     elif fmt == "junit":
-        _junit(items, summary, out, fail_on)
+        _junit(counted, out, fail_on, view)
     elif fmt == "policyreport":
         now = time.time() if now is None else now
-        _policyreport(items, summary, out, active, now, skipped)
+        _policyreport(counted, out, active, now, skipped)
+    elif fmt == "sarif":
+        write_sarif(
+            counted,
+            tallies,
+            out,
+            active=active,
+            unchecked=skipped,
+            fail_on=fail_on,
+            verbose=view.verbose,
+        )
+    elif fmt == "html":
+        if page is None:
+            raise ValueError("the html format needs the page's rules and facts")
+        write_html(
+            counted,
+            Summary(),
+            out,
+            rules=page.rules,
+            unchecked=skipped,
+            facts=page.facts,
+            live=page.live,
+        )
     else:
         raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
-    return summary
+    return tallies.total

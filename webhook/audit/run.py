@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.audit.locations import Location
 from webhook.audit.manifests import Document, InputError
 from webhook.engine.compiled import CompiledRuleSet
 from webhook.engine.decision import Decision
@@ -19,7 +20,11 @@ from webhook.engine.pipeline import evaluate
 from webhook.engine.subject import subject_for
 from webhook.facts.model import FactsSource
 
-__all__ = ["AuditResult", "Skipped", "Summary", "audit"]
+__all__ = ["FAIL_ON", "AuditResult", "Skipped", "Summary", "audit"]
+
+# What makes an audit fail (exit 1): `deny`, objects the webhook would refuse; `warn`, those
+# and the objects it would admit with a warning.
+FAIL_ON = ("deny", "warn")
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +38,10 @@ class AuditResult:
     name: str
     original: dict[str, Any]
     decision: Decision
+    # Where the object starts, and where each finding's field is (in `findings()` order);
+    # None for objects that come from no file (a live cluster).
+    location: Location | None = None
+    finding_locations: tuple[Location | None, ...] = ()
 
     @property
     def allowed(self) -> bool:
@@ -42,6 +51,10 @@ class AuditResult:
     def warned(self) -> bool:
         return self.decision.warned
 
+    def fails(self, fail_on: str) -> bool:
+        """Whether this object fails the audit: denied, or warned with `--fail-on warn`."""
+        return not self.allowed or (fail_on == "warn" and self.warned)
+
     @property
     def patch(self) -> list[dict[str, Any]]:
         return list(self.decision.patch)
@@ -50,9 +63,9 @@ class AuditResult:
     def mutated(self) -> Any:
         return self.decision.mutated
 
-    def findings(self) -> list[dict[str, str]]:
-        """The documented JSON shape of each finding."""
-        out = [
+    def findings(self) -> list[dict[str, Any]]:
+        """The documented JSON shape of each finding, with its location (or None)."""
+        out: list[dict[str, Any]] = [
             {
                 "rule": j.finding.rule,
                 "mode": str(j.mode),
@@ -73,17 +86,28 @@ class AuditResult:
                     "message": self.decision.unreadable.message(),
                 },
             )
+        places = self.finding_locations
+        for i, finding in enumerate(out):
+            where = places[i] if i < len(places) else None
+            finding["location"] = where.as_json() if where is not None else None
         return out
 
 
 @dataclass(frozen=True, slots=True)
 class Skipped:
+    """A document of a kind that holds no pod template: counted, listed only with --verbose."""
+
     source: str
     kind: str
+    location: Location | None = None
 
 
 @dataclass(slots=True)
 class Summary:
+    """The counts every output reports, by one convention: each audited object is exactly one
+    of allowed or denied; warned and mutated count objects among those (a denied object can
+    be warned and mutated too). Skipped documents and input errors are not objects."""
+
     objects: int = 0
     allowed: int = 0
     denied: int = 0
@@ -104,6 +128,30 @@ class Summary:
             self.warned += item.warned
             self.mutated += bool(item.decision.patch)
 
+    def counts(self) -> dict[str, int]:
+        """The object counts, as JSON, SARIF and PolicyReport annotations carry them."""
+        return {
+            "objects": self.objects,
+            "allowed": self.allowed,
+            "denied": self.denied,
+            "warned": self.warned,
+            "mutated": self.mutated,
+        }
+
+    def describe(self) -> str:
+        """The counts in words that say the convention: allowed + denied = objects."""
+        return (
+            f"{self.objects} objects: {self.allowed} allowed + {self.denied} denied; "
+            f"of these {self.warned} warned, {self.mutated} would be mutated"
+        )
+
+    def exit_code(self, fail_on: str) -> int:
+        """2: some input could not be read (the audit is incomplete); 1: an object fails
+        (see `AuditResult.fails`); 0: none does."""
+        if self.errors:
+            return 2
+        return 1 if self.denied or (fail_on == "warn" and self.warned) else 0
+
 
 def _audit_one(
     doc: Document, rules: CompiledRuleSet, namespace: str, source: FactsSource | None
@@ -113,8 +161,9 @@ def _audit_one(
     if workload is not None and workload.cluster_scoped:
         subject = dataclasses.replace(subject, namespace="")  # no namespace's rules or quota
     if not rules.workloads.holds_pods(subject.group, subject.kind):
-        return Skipped(doc.source, subject.kind or "(no kind)")
+        return Skipped(doc.source, subject.kind or "(no kind)", doc.locate(""))
     facts = source.facts_for(subject.namespace) if source is not None else None
+    decision = evaluate(subject, rules, facts)
     return AuditResult(
         doc.source,
         subject.kind,
@@ -122,8 +171,21 @@ def _audit_one(
         subject.namespace,
         subject.name,
         doc.obj,
-        evaluate(subject, rules, facts),
+        decision,
+        doc.locate(""),
+        _finding_locations(doc, decision),
     )
+
+
+def _finding_locations(doc: Document, decision: Decision) -> tuple[Location | None, ...]:
+    """Where each finding's field is, in `AuditResult.findings()` order; only objects with
+    findings pay for the walk."""
+    if doc.node is None or (decision.unreadable is None and not decision.judged):
+        return ()
+    paths = [j.finding.field for j in decision.judged]
+    if decision.unreadable is not None:
+        paths.insert(0, decision.unreadable.path)
+    return tuple(doc.locate(path) for path in paths)
 
 
 def audit(
