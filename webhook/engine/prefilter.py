@@ -21,7 +21,7 @@ import re
 
 from webhook.ruleset.models import RuleSet
 
-__all__ = ["Gated", "gated", "markers", "might_apply"]
+__all__ = ["Gated", "Group", "gated", "markers", "might_apply"]
 
 _ALWAYS = (
     b"NVIDIA_VISIBLE_DEVICES",
@@ -79,7 +79,30 @@ def markers(rules: RuleSet) -> tuple[bytes, ...] | None:
 # holds its gate, so a marker can only occur where its gate does.
 _GATES = (b".com/", b"Exists", b".io/", b".ai/")
 
-Gated = tuple[tuple[bytes, tuple[bytes, ...]], ...]
+# (gate, markers under it, anchor, prefixes): when every marker of a group ends with one
+# anchor longer than the gate, the group is told by finding the anchor and looking at the bytes
+# before it (`prefixes`), not by one scan per marker.
+Group = tuple[bytes, tuple[bytes, ...], bytes, tuple[bytes, ...]]
+Gated = tuple[Group, ...]
+
+
+def _common_suffix(found: list[bytes]) -> bytes:
+    shortest = min(found, key=len)
+    n = 0
+    while n < len(shortest) and all(m[-1 - n] == shortest[-1 - n] for m in found):
+        n += 1
+    return shortest[len(shortest) - n :]
+
+
+def _group(gate: bytes, found: list[bytes]) -> Group:
+    ordered = tuple(sorted(found, key=_likely))
+    anchor = _common_suffix(found) if len(found) > 1 else b""
+    if gate in anchor and len(anchor) > len(gate):
+        # The keyless tolerations: five markers, each `<prefix>"operator":"Exists"`. A pod has
+        # two `"operator":"Exists"` (the default not-ready/unreachable tolerations), so two
+        # finds and a look behind each beat five scans of the whole object.
+        return gate, ordered, anchor, tuple(m[: len(m) - len(anchor)] for m in ordered)
+    return gate, ordered, b"", ()
 
 
 def gated(found: tuple[bytes, ...] | None) -> Gated | None:
@@ -93,7 +116,7 @@ def gated(found: tuple[bytes, ...] | None) -> Gated | None:
         gate = next((g for g in _GATES if g in marker), marker)
         groups.setdefault(gate, []).append(marker)
     order = sorted(groups.items(), key=lambda item: (item[0] != b".com/", item[0]))
-    return tuple((gate, tuple(sorted(ms, key=_likely))) for gate, ms in order)
+    return tuple(_group(gate, ms) for gate, ms in order)
 
 
 # The GPU vendors' domains, most pods past this filter first: scanned before the other names.
@@ -116,7 +139,15 @@ def might_apply(raw: bytes, found: Gated | None) -> bool:
         return True
     if b"\\" in raw and (_ESCAPES[0] in raw or _ESCAPES[1] in raw):
         return True
-    for gate, group in found:
-        if gate in raw and ((len(group) == 1 and group[0] is gate) or any(m in raw for m in group)):
+    for gate, group, anchor, prefixes in found:
+        if anchor:
+            at = raw.find(anchor)
+            while at >= 0:
+                if raw.endswith(prefixes, 0, at):
+                    return True
+                at = raw.find(anchor, at + 1)
+        elif gate in raw and (
+            (len(group) == 1 and group[0] is gate) or any(m in raw for m in group)
+        ):
             return True
     return False
