@@ -241,6 +241,16 @@ def _audit(args: argparse.Namespace) -> int:
     return run_audit(args)
 
 
+def _export(args: argparse.Namespace) -> int:
+    from webhook.export.command import export
+
+    out = Path(args.out) if args.out else None
+    folder = rules_folder(args.rules)
+    return export(
+        folder, args.kubernetes, out, sys.stdout, sys.stderr, webhook_only=args.webhook_only
+    )
+
+
 def _completion(args: argparse.Namespace) -> int:
     """Print the completion script: shells source it (README, "Shell completion")."""
     from webhook.completion import script
@@ -502,6 +512,21 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--namespace", required=True)
     exp.add_argument("--labels", help="namespace labels, k=v,k=v")
     rules.set_defaults(func=_rules)
+
+    expo = sub.add_parser(
+        "export", help="native admission policies for the rules that need no webhook"
+    )
+    expo.add_argument("--rules", metavar="DIR", help=RULES_HELP)
+    expo.add_argument(
+        "--kubernetes", default="1.36", metavar="1.N", help="target version (default 1.36)"
+    )
+    expo.add_argument("--out", metavar="DIR", help="write DIR/policies.yaml instead of stdout")
+    expo.add_argument(
+        "--webhook-only",
+        action="store_true",
+        help="the rule file that switches off in the webhook what the policies now do",
+    )
+    expo.set_defaults(func=_export)
 
     comp = sub.add_parser("completion", help="print a shell completion script (bash or zsh)")
     comp.add_argument("shell", choices=["bash", "zsh"])

@@ -31,7 +31,10 @@ _PATHS: dict[str, str] = {
     "rules": "dir",
     "dir": "dir",
 }
-_OVERRIDES: dict[tuple[str, str], str] = {("certs generate", "out"): "dir"}
+_OVERRIDES: dict[tuple[str, str], str] = {
+    ("certs generate", "out"): "dir",
+    ("export", "out"): "dir",
+}
 
 
 def _parsers(

@@ -1,0 +1,791 @@
+"""`gpu-admission export`: native admission policies that judge as the webhook does.
+
+The exported CEL is run with the `cel` library (see native_cel.py for what it adds) over
+every golden case and every object of the corpus, and compared with the engine on the same
+object, rule by rule: a policy fails exactly when the engine has a finding of its rule, with
+the same messages. The objects validate against the Kubernetes schema, and the output is
+the same bytes for the same rules.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import kubernetes_validate
+import pytest
+import yaml
+from conftest import CORPUS, ROOT
+from native_cel import evaluate_policy, mutation_patches
+
+from webhook.engine import compile_rules, evaluate, subject_for
+from webhook.engine.checks import MUTATIONS, VALIDATIONS
+from webhook.engine.compiled import CompiledRuleSet
+from webhook.engine.decision import Decision
+from webhook.engine.pipeline import Stage
+from webhook.engine.podviews import group_of
+from webhook.export.bundle import build
+from webhook.export.companion import COMPANION_FILE, webhook_only, webhook_only_settings
+from webhook.export.render import describe, render
+from webhook.export.scope import RULES_ANNOTATION
+from webhook.export.validating import SEPARATOR
+from webhook.ruleset.files import load_rules
+
+GOLDEN = ROOT / "tests" / "golden"
+K8S_SCHEMAS = ("1.36", "1.37")
+
+
+# --- the objects: golden cases and the corpus, as the apiserver hands them over -------------------
+
+
+def _without_nulls(value: Any) -> Any:
+    """Typed decoding (built-in kinds) and pruning (CRDs) drop the nulls a YAML file leaves;
+    both the webhook and a policy see the object without them."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
+class Case:
+    """One object with its request, and the rule file it is judged under (None: rules/)."""
+
+    def __init__(
+        self,
+        name: str,
+        obj: dict[str, Any],
+        *,
+        namespace: str = "ml-team",
+        operation: str = "CREATE",
+        old: Any = None,
+        subresource: str = "",
+        rules: Path | None = None,
+        labels: dict[str, str] | None = None,
+    ) -> None:
+        self.name = name
+        self.obj = _without_nulls(obj)
+        self.namespace = namespace
+        self.operation = operation
+        self.old = _without_nulls(old) if isinstance(old, dict) and operation == "UPDATE" else None
+        self.subresource = subresource
+        self.rules = rules
+        self.labels = labels  # the namespace's, where the case's cluster facts say them
+
+    def subject(self, obj: dict[str, Any] | None = None) -> Any:
+        """The engine's input for `obj` (default: the case's object) in this request."""
+        return subject_for(
+            copy.deepcopy(self.obj if obj is None else obj),
+            namespace=self.namespace,
+            operation=self.operation,
+            old_obj=self.old,
+            subresource=self.subresource,
+            namespace_labels=self.labels,
+        )
+
+    @property
+    def request(self) -> dict[str, Any]:
+        """The same request for the CEL: operation, namespace (and its labels), oldObject."""
+        return {
+            "operation": self.operation,
+            "namespace": self.namespace,
+            "old": self.old,
+            "namespace_labels": self.labels,
+        }
+
+
+def _namespace_labels(folder: Path, namespace: str) -> dict[str, str] | None:
+    cluster = folder / "cluster.yaml"
+    if not cluster.exists():
+        return None
+    namespaces = yaml.safe_load(cluster.read_text()).get("namespaces") or {}
+    labels = (namespaces.get(namespace) or {}).get("labels")
+    return dict(labels) if isinstance(labels, dict) else None
+
+
+def _golden() -> list[Case]:
+    cases = []
+    for folder in sorted(GOLDEN.iterdir()):
+        if not (folder / "input.yaml").exists():
+            continue
+        obj = yaml.safe_load((folder / "input.yaml").read_text())
+        req_file = folder / "request.yaml"
+        req = yaml.safe_load(req_file.read_text()) if req_file.exists() else {}
+        if not isinstance(obj, dict):
+            continue
+        rules = folder / "rules.yaml"
+        cases.append(
+            Case(
+                f"golden/{folder.name}",
+                obj,
+                namespace=str(req.get("namespace", "ml-team")),
+                operation=str(req.get("operation", "CREATE")),
+                old=req.get("old"),
+                subresource=str(req.get("subresource", "")),
+                rules=rules if rules.exists() else None,
+                labels=_namespace_labels(folder, str(req.get("namespace", "ml-team"))),
+            )
+        )
+    return cases
+
+
+def _review_case(name: str, doc: dict[str, Any]) -> Case | None:
+    """An AdmissionReview, a bare AdmissionRequest, or a bare object."""
+    request = doc.get("request") if isinstance(doc.get("request"), dict) else None
+    if request is None and "operation" in doc and "object" in doc:
+        request = doc
+    if request is None:
+        return Case(name, doc) if "kind" in doc and "apiVersion" in doc else None
+    obj = request.get("object")
+    if not isinstance(obj, dict) or request.get("operation") not in ("CREATE", "UPDATE"):
+        return None
+    return Case(
+        name,
+        obj,
+        namespace=str(request.get("namespace") or "ml-team"),
+        operation=str(request["operation"]),
+        old=request.get("oldObject"),
+        subresource=str(request.get("subResource") or ""),
+    )
+
+
+def _corpus() -> list[Case]:
+    cases: list[Case] = []
+    for path in sorted((CORPUS / "manifests").glob("*")):
+        try:
+            docs = list(yaml.safe_load_all(path.read_text()))
+        except yaml.YAMLError:
+            continue  # a few files are broken as published
+        cases += [
+            Case(f"corpus/{path.stem}#{i}", d) for i, d in enumerate(docs) if isinstance(d, dict)
+        ]
+    for path in sorted((CORPUS / "admissionreviews").glob("*")):
+        try:
+            doc = yaml.safe_load(path.read_text())  # JSON is YAML
+        except yaml.YAMLError:
+            continue
+        if isinstance(doc, dict):
+            case = _review_case(f"corpus/{path.stem}", doc)
+            if case is not None:
+                cases.append(case)
+    return cases
+
+
+GOLDEN_CASES = _golden()
+CORPUS_CASES = _corpus() if CORPUS.is_dir() else []
+
+
+# --- the rules and what the export makes of them ------------------------------------------------
+
+
+@functools.cache
+def _compiled(rule_file: Path | None) -> CompiledRuleSet:
+    if rule_file is None:
+        return compile_rules(load_rules(ROOT / "rules"))
+    with tempfile.TemporaryDirectory(prefix="export-rules-") as tmp:
+        (Path(tmp) / "rules.yaml").write_text(rule_file.read_text())
+        return compile_rules(load_rules(tmp))
+
+
+@functools.cache
+def _policies(rule_file: Path | None) -> tuple[tuple[dict[str, Any], dict[str, Any]], ...]:
+    """(policy, binding) of every exported rule."""
+    objects = build(_compiled(rule_file)).objects
+    by_name = {(o["kind"], o["metadata"]["name"]): o for o in objects}
+    return tuple(
+        (o, by_name[("ValidatingAdmissionPolicyBinding", o["metadata"]["name"])])
+        for o in objects
+        if o["kind"] == "ValidatingAdmissionPolicy"
+    )
+
+
+def _sent(policy: dict[str, Any], binding: dict[str, Any], case: Case, table: Any) -> bool:
+    """Whether the apiserver would run the policy: matchConstraints and the binding's
+    namespaceSelector (cluster-scoped objects are never skipped by it)."""
+    group = group_of(case.obj.get("apiVersion"))
+    workload = table.get(group, case.obj.get("kind"))
+    if workload is None or case.subresource:
+        return False
+    resource = "pods" if (group, workload.kind) == ("", "Pod") else workload.declared.resource
+    rules = policy["spec"]["matchConstraints"]["resourceRules"]
+    if not any(
+        group in r["apiGroups"] and resource in r["resources"] and case.operation in r["operations"]
+        for r in rules
+    ):
+        return False
+    selector = binding["spec"]["matchResources"].get("namespaceSelector")
+    if selector is None or workload.cluster_scoped:
+        return True
+    return all(
+        case.namespace not in e["values"]
+        for e in selector["matchExpressions"]
+        if e["key"] == "kubernetes.io/metadata.name" and e["operator"] == "NotIn"
+    )
+
+
+def _decision(case: Case, rules: CompiledRuleSet) -> Decision:
+    """The engine on the object as the validating webhook gets it (after any mutation)."""
+    return evaluate(case.subject(), rules, None, stage=Stage.VALIDATE)
+
+
+def _agree(case: Case) -> set[str]:
+    """Compare every validating policy with the engine on the case; the rules that fired."""
+    fired: set[str] = set()
+    rules = _compiled(case.rules)
+    decision = _decision(case, rules)
+    for policy, binding in _policies(case.rules):
+        judges = set(policy["metadata"]["annotations"][RULES_ANNOTATION].split(","))
+        expected = [j.finding.message() for j in decision.judged if j.finding.rule in judges]
+        rule = ",".join(sorted(judges))
+        if not _sent(policy, binding, case, rules.workloads):
+            assert not expected, f"{rule}: the policy is never run, the engine found {expected}"
+            continue
+        try:
+            outcome = evaluate_policy(policy, case.obj, **case.request)
+        except Exception as exc:  # the CEL failed: under failurePolicy Fail, refused
+            assert decision.unreadable is not None, (
+                f"{rule}: the CEL fails ({exc}) on an object the engine reads"
+            )
+            continue
+        if decision.unreadable is not None:
+            # The webhook refuses the object whole (a field of an impossible type); the
+            # apiserver's own decoding refuses such built-in objects before any policy.
+            continue
+        assert outcome.failed == bool(expected), f"{rule}: policy {outcome}, engine {expected}"
+        if expected:
+            fired |= {m.split(":", 1)[0] for m in expected}
+            # Findings within one container are listed by name in CEL and in YAML order by
+            # the engine: the same lines, compared as a multiset.
+            assert sorted(outcome.message.split(SEPARATOR)) == sorted(expected)
+    return fired
+
+
+# --- mutations: the policy's JSON patch against the webhook's -----------------------------------
+
+# The switch of each mutation in the rule settings.
+_SWITCHES = {
+    "gpu-requests-limits": ("gpu_requests_limits", "fix"),
+    "gpu-tolerations": ("gpu_tolerations", "mutate"),
+    "gpu-shm": ("gpu_shm", "mutate"),
+    "gpu-probe-delays": ("gpu_probe_delays", "mutate"),
+    "gpu-priority-class": ("gpu_priority_class", "mutate"),
+    "visible-devices": ("visible_devices", "mutate"),
+}
+
+
+@functools.cache
+def _only(rule_file: Path | None, rule: str) -> CompiledRuleSet:
+    """The case's rules with every other mutation switched off: the engine's patch is then
+    this one mutation's."""
+    source = _compiled(rule_file).source
+    settings = source.rules
+    update = {}
+    for other, (field, switch) in _SWITCHES.items():
+        if other != rule:
+            current = getattr(settings, field)
+            update[field] = current.model_copy(update={switch: False})
+    return compile_rules(source.model_copy(update={"rules": settings.model_copy(update=update)}))
+
+
+@functools.cache
+def _mutations(rule_file: Path | None) -> tuple[tuple[dict[str, Any], dict[str, Any]], ...]:
+    objects = build(_compiled(rule_file)).objects
+    by_name = {(o["kind"], o["metadata"]["name"]): o for o in objects}
+    return tuple(
+        (o, by_name[("MutatingAdmissionPolicyBinding", o["metadata"]["name"])])
+        for o in objects
+        if o["kind"] == "MutatingAdmissionPolicy"
+    )
+
+
+def _agree_on_patches(case: Case) -> set[str]:
+    """Compare every mutating policy's patch with the webhook's; the mutations that patched."""
+    patched_by: set[str] = set()
+    for policy, binding in _mutations(case.rules):
+        rule = policy["metadata"]["annotations"][RULES_ANNOTATION]
+        rules = _only(case.rules, rule)
+        assert set(_SWITCHES) == {m.rule for m in MUTATIONS}
+        decision = evaluate(case.subject(), rules, None, stage=Stage.MUTATE)
+        expected = jsonpatch.apply_patch(case.obj, list(decision.patch))
+        if not _sent(policy, binding, case, rules.workloads):
+            assert expected == case.obj, f"{rule}: never run, the webhook patches {decision}"
+            continue
+        try:
+            ops = mutation_patches(policy, case.obj, **case.request)
+        except Exception as exc:  # failurePolicy Ignore: the object goes on unpatched
+            assert decision.unreadable is not None, f"{rule}: the CEL fails ({exc})"
+            continue
+        if decision.unreadable is not None:
+            continue
+        patched = jsonpatch.apply_patch(case.obj, ops or [])
+        assert patched == expected, f"{rule}: policy {ops}, webhook {list(decision.patch)}"
+        if ops:
+            patched_by.add(rule)
+            # Reinvoked on its own output, the policy adds nothing.
+            again = mutation_patches(policy, patched, **case.request)
+            assert again == [], f"{rule}: not idempotent: {again}"
+    return patched_by
+
+
+@pytest.mark.parametrize("case", GOLDEN_CASES, ids=[c.name for c in GOLDEN_CASES])
+def test_the_policies_judge_and_patch_each_golden_case_as_the_engine_does(case: Case) -> None:
+    _agree(case)
+    _agree_on_patches(case)
+
+
+def _corpus_params() -> list[Any]:
+    if not CORPUS_CASES:
+        return [pytest.param(None, marks=pytest.mark.skip(reason=f"{CORPUS} is absent"))]
+    return [pytest.param(c, id=c.name) for c in CORPUS_CASES]
+
+
+@pytest.mark.parametrize("case", _corpus_params())
+def test_the_policies_judge_and_patch_each_corpus_object_as_the_engine_does(case: Case) -> None:
+    _agree(case)
+    _agree_on_patches(case)
+
+
+def test_the_golden_cases_make_every_exported_rule_fire() -> None:
+    # Agreement on objects where a rule never fires proves nothing about that rule.
+    exported = {
+        r
+        for p, _ in _policies(None)
+        for r in p["metadata"]["annotations"][RULES_ANNOTATION].split(",")
+    }
+    mutations = {p["metadata"]["annotations"][RULES_ANNOTATION] for p, _ in _mutations(None)}
+    assert exported and mutations
+    unseen = exported | mutations
+    for case in GOLDEN_CASES:
+        if case.rules is None:
+            unseen -= _agree(case) | _agree_on_patches(case)
+        if not unseen:
+            break
+    assert unseen == set()
+
+
+# --- the output: schema, determinism, what is left out and why -----------------------------------
+
+
+def _rule_folder(tmp_path: Path, text: str) -> Path:
+    folder = tmp_path / "rules"
+    folder.mkdir(exist_ok=True)
+    (folder / "rules.yaml").write_text(text)
+    return folder
+
+
+MIXED_MODES = """\
+mode: enforce
+exemptions:
+  namespaces: [kube-system, "team-*", sandbox]
+rules:
+  gpu-whole-quantity: {mode: warn}
+  gpu-mig-mixed: {mode: audit}
+  gpu-init-container: {mode: "off"}
+  gpu-requests-limits: {fix: false}
+"""
+
+
+@pytest.mark.parametrize("version", K8S_SCHEMAS)
+@pytest.mark.parametrize("rule_text", [None, MIXED_MODES], ids=["shipped", "mixed-modes"])
+def test_every_exported_object_validates_against_the_kubernetes_schema(
+    version: str, rule_text: str | None, tmp_path: Path
+) -> None:
+    rules = ROOT / "rules" if rule_text is None else _rule_folder(tmp_path, rule_text)
+    text = render(build(compile_rules(load_rules(rules))), "1.36", "test")
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    kinds = {d["kind"] for d in docs}
+    assert {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} <= kinds
+    assert {"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"} <= kinds
+    for doc in docs:
+        kubernetes_validate.validate(doc, version, strict=True)
+        # cel-go refuses an expression of more than 100,000 code points.
+        for expression in _expressions(doc):
+            assert len(expression) < 100_000
+
+
+def _expressions(doc: dict[str, Any]) -> list[str]:
+    spec = doc["spec"]
+    found = [c["expression"] for c in spec.get("matchConditions", [])]
+    found += [v["expression"] for v in spec.get("variables", [])]
+    for v in spec.get("validations", []):
+        found += [v["expression"], v["messageExpression"]]
+    found += [m["jsonPatch"]["expression"] for m in spec.get("mutations", [])]
+    return found
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "webhook", "export", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+
+
+def test_the_same_rules_give_byte_identical_output(tmp_path: Path) -> None:
+    rules = _rule_folder(tmp_path, MIXED_MODES)
+    first, second = tmp_path / "a", tmp_path / "b"
+    for out in (first, second):
+        done = _cli("--rules", str(rules), "--out", str(out))
+        assert done.returncode == 0, done.stderr
+    written = first / "policies.yaml"
+    assert written.read_bytes() == (second / "policies.yaml").read_bytes()
+    # In process, from a fresh parse of the same files: the same text again.
+    again = render(build(compile_rules(load_rules(rules))), "1.36", "x")
+    assert again.split("---\n", 1)[1] == written.read_text().split("---\n", 1)[1]
+
+
+def test_a_rule_change_changes_the_output(tmp_path: Path) -> None:
+    # The parameters are baked in: exporting after a change is what keeps them in step.
+    before = render(build(compile_rules(load_rules(None))), "1.36", "x")
+    folder = _rule_folder(tmp_path, "gpuResources: [nvidia.com/gpu, example.com/npu]\n")
+    after = render(build(compile_rules(load_rules(folder))), "1.36", "x")
+    assert "example.com/npu" in after and "example.com/npu" not in before
+
+
+def test_every_rule_is_exported_or_left_to_the_webhook_with_a_reason(tmp_path: Path) -> None:
+    done = _cli("--rules", str(_rule_folder(tmp_path, MIXED_MODES)))
+    assert done.returncode == 0, done.stderr
+    result = build(compile_rules(load_rules(tmp_path / "rules")))
+    for part, rules in (("validation", VALIDATIONS), ("mutation", MUTATIONS)):
+        exported = {rule for rule, kind, _ in result.exported if kind == part}
+        left = {item.rule for item in result.left_out if item.part == part}
+        assert exported | left == {r.rule for r in rules}, part
+        assert not exported & left, part
+    left_out = {(i.rule, i.part): i.why for i in result.left_out}
+    assert left_out[("gpu-init-container", "validation")] == "its mode is off"
+    assert left_out[("gpu-requests-limits", "mutation")] == "switched off in the rules"
+    for item in result.left_out:
+        assert item.why.strip()
+        assert f"left to the webhook: {describe(item)}" in done.stderr.splitlines()
+        assert f"#   {describe(item)}" in done.stdout  # the header of the output says it too
+
+
+def test_before_1_36_the_mutations_are_left_to_the_webhook() -> None:
+    result = build(compile_rules(load_rules(None)), (1, 35))
+    assert {o["kind"] for o in result.objects} == {
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    }
+    left = {i.rule for i in result.left_out if i.part == "mutation"}
+    assert left == {m.rule for m in MUTATIONS}
+
+
+def test_each_mode_gets_its_validation_action(tmp_path: Path) -> None:
+    result = build(compile_rules(load_rules(_rule_folder(tmp_path, MIXED_MODES))))
+    actions = {
+        rule: o["spec"]["validationActions"]
+        for o in result.objects
+        if o["kind"] == "ValidatingAdmissionPolicyBinding"
+        for p in result.objects
+        if p["kind"] == "ValidatingAdmissionPolicy"
+        and p["metadata"]["name"] == o["metadata"]["name"]
+        for rule in p["metadata"]["annotations"][RULES_ANNOTATION].split(",")
+    }
+    assert actions == {
+        "gpu-requests-limits": ["Deny"],
+        "gpu-memory-limit": ["Warn"],
+        "gpu-readiness-probe": ["Warn"],
+        "gpu-whole-quantity": ["Warn"],
+        "gpu-mig-mixed": ["Audit"],
+    }
+
+
+def test_shadow_mode_exports_every_rule_as_audit(tmp_path: Path) -> None:
+    result = build(compile_rules(load_rules(_rule_folder(tmp_path, "mode: audit\n"))))
+    bindings = [o for o in result.objects if o["kind"].endswith("Binding")]
+    # Shadow mode changes nothing: no mutating policy, every validation audited.
+    assert [b["spec"]["validationActions"] for b in bindings] == [["Audit"]]
+
+
+def test_an_override_of_a_rule_leaves_it_to_the_webhook(tmp_path: Path) -> None:
+    text = """\
+overrides:
+  - name: research
+    namespaces: [research]
+    rules:
+      gpu-memory-limit: {mode: enforce}
+"""
+    result = build(compile_rules(load_rules(_rule_folder(tmp_path, text))))
+    left = {item.rule: item.why for item in result.left_out}
+    assert "research" in left["gpu-memory-limit"]
+    assert "gpu-memory-limit" not in {rule for rule, _, _ in result.exported}
+
+
+def _half_gpu_pod() -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "llm",
+                    "image": "vllm",
+                    "resources": {"limits": {"nvidia.com/gpu": "500m", "memory": "8Gi"}},
+                }
+            ]
+        },
+    }
+
+
+def test_exempt_namespace_patterns_skip_the_policy(tmp_path: Path) -> None:
+    result = build(compile_rules(load_rules(_rule_folder(tmp_path, MIXED_MODES))))
+    (policy,) = [
+        o
+        for o in result.objects
+        if o["kind"] == "ValidatingAdmissionPolicy"
+        and "gpu-whole-quantity" in o["metadata"]["annotations"][RULES_ANNOTATION]
+    ]
+    pod = _half_gpu_pod()
+    assert evaluate_policy(policy, pod, namespace="ml-team").failed
+    assert not evaluate_policy(policy, pod, namespace="team-a").matched
+    assert evaluate_policy(policy, pod, namespace="teams").matched  # "team-*" needs the dash
+    (binding,) = [
+        o
+        for o in result.objects
+        if o["kind"] == "ValidatingAdmissionPolicyBinding"
+        and o["metadata"]["name"] == policy["metadata"]["name"]
+    ]
+    selector = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+    assert selector == [
+        {
+            "key": "kubernetes.io/metadata.name",
+            "operator": "NotIn",
+            "values": ["kube-system", "sandbox"],
+        }
+    ]
+
+
+def test_a_controller_update_is_judged_only_when_its_template_changed() -> None:
+    (policy, _), *_ = _policies(None)
+    template = {"spec": _half_gpu_pod()["spec"]}
+    old = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "d"},
+        "spec": {"replicas": 1, "template": template},
+    }
+    scaled = copy.deepcopy(old)
+    scaled["spec"]["replicas"] = 3
+    assert not evaluate_policy(policy, scaled, operation="UPDATE", old=old).failed
+    changed = copy.deepcopy(old)
+    changed["spec"]["template"]["spec"]["containers"][0]["image"] = "vllm:2"
+    outcome = evaluate_policy(policy, changed, operation="UPDATE", old=old)
+    assert outcome.failed and "spec.template.spec.containers[0]" in outcome.message
+    assert evaluate_policy(policy, old, operation="CREATE").failed
+
+
+def test_a_kubernetes_version_before_the_cel_it_needs_is_refused() -> None:
+    done = _cli("--kubernetes", "1.30")
+    assert done.returncode == 2
+    assert "1.34 or later" in done.stderr
+    assert done.stdout == ""
+
+
+# --- --webhook-only: the policies and the reduced webhook together are the webhook alone ---------
+
+
+@functools.cache
+def _webhook_only(rule_file: Path | None) -> CompiledRuleSet:
+    """The case's rules with the companion rule file laid over them, as the webhook loads it."""
+    source = _compiled(rule_file).source
+    with tempfile.TemporaryDirectory(prefix="export-companion-") as tmp:
+        folder = Path(tmp)
+        (folder / "rules.yaml").write_text(
+            (rule_file or ROOT / "rules" / "gpu-admission.yaml").read_text()
+        )
+        export = build(compile_rules(source))
+        (folder / COMPANION_FILE).write_text(webhook_only(export, "test"))
+        return compile_rules(load_rules(folder))
+
+
+def _split(case: Case) -> None:
+    full = _compiled(case.rules)
+    reduced = _webhook_only(case.rules)
+
+    def engine(rules: CompiledRuleSet, obj: dict[str, Any], stage: Stage) -> Decision:
+        return evaluate(case.subject(obj), rules, None, stage=stage)
+
+    alone = engine(full, case.obj, Stage.MUTATE)
+    if alone.unreadable is not None:
+        return
+    # The apiserver runs the mutating policies, then the mutating webhook.
+    native = case.obj
+    for policy, binding in _mutations(case.rules):
+        if _sent(policy, binding, case, full.workloads):
+            ops = mutation_patches(policy, native, **case.request)
+            native = jsonpatch.apply_patch(native, ops or [])
+    both = jsonpatch.apply_patch(native, list(engine(reduced, native, Stage.MUTATE).patch))
+    assert both == jsonpatch.apply_patch(case.obj, list(alone.patch))
+    # Then validation of the patched object: the findings are split, none lost or doubled.
+    findings = [j.finding.message() for j in engine(full, both, Stage.VALIDATE).judged]
+    kept = [j.finding.message() for j in engine(reduced, both, Stage.VALIDATE).judged]
+    native_findings = []
+    for policy, binding in _policies(case.rules):
+        if _sent(policy, binding, case, full.workloads):  # the same kind and request
+            outcome = evaluate_policy(policy, both, **case.request)
+            if outcome.failed:
+                native_findings += outcome.message.split(SEPARATOR)
+    assert sorted(kept + native_findings) == sorted(findings)
+
+
+@pytest.mark.parametrize("case", GOLDEN_CASES, ids=[c.name for c in GOLDEN_CASES])
+def test_the_policies_with_the_reduced_webhook_do_what_the_webhook_did(case: Case) -> None:
+    _split(case)
+
+
+def test_the_companion_switches_off_exactly_what_was_exported() -> None:
+    export = build(compile_rules(load_rules(None)))
+    settings = webhook_only_settings(export)["rules"]
+    assert settings["gpu-requests-limits"] == {"mode": "off", "fix": False}
+    assert settings["gpu-tolerations"] == {"mutate": False}
+    left = {i.rule for i in export.left_out}
+    assert not set(settings) & (left - {r for r, _, _ in export.exported})
+
+
+# --- manifests/overlays/native ----------------------------------------------------------------
+
+NATIVE = ROOT / "manifests" / "overlays" / "native"
+BASE_RULES = Path("manifests") / "base" / "rules"
+
+
+def test_the_native_overlay_holds_the_export_of_the_deployed_rules() -> None:
+    # As manifests/base/webhooks.yaml: generated, never edited by hand.
+    for extra, name in (((), "policies.yaml"), (("--webhook-only",), COMPANION_FILE)):
+        done = _cli("--rules", str(BASE_RULES), "--kubernetes", "1.36", *extra)
+        assert done.returncode == 0, done.stderr
+        assert (NATIVE / name).read_text() == done.stdout, (
+            f"regenerate {name}: see manifests/overlays/native/kustomization.yaml"
+        )
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl renders the overlay")
+def test_the_native_overlay_deploys_the_policies_and_the_reduced_webhook(tmp_path: Path) -> None:
+    rendered = subprocess.run(
+        ["kubectl", "kustomize", str(NATIVE)], capture_output=True, text=True, timeout=60
+    )
+    assert rendered.returncode == 0, rendered.stderr
+    docs = [d for d in yaml.safe_load_all(rendered.stdout) if d]
+    policies = [d for d in docs if "AdmissionPolicy" in d["kind"]]
+    assert len(policies) == len(
+        [d for d in yaml.safe_load_all((NATIVE / "policies.yaml").read_text()) if d]
+    )
+    for policy in policies:
+        assert "namespace" not in policy["metadata"]  # cluster-scoped
+        kubernetes_validate.validate(policy, "1.36", strict=True)
+    assert {d["kind"] for d in docs} >= {"Deployment", "ValidatingWebhookConfiguration"}
+    (configmap,) = [d for d in docs if d["kind"] == "ConfigMap"]
+    assert configmap["metadata"]["name"] == "gpu-admission-rules"  # the one the webhook mounts
+    for name, text in configmap["data"].items():
+        (tmp_path / name).write_text(text)
+    webhook_rules = compile_rules(load_rules(tmp_path)).base
+    exported = build(compile_rules(load_rules(ROOT / BASE_RULES))).exported
+    for rule, part, _ in exported:
+        if part == "validation":
+            assert webhook_rules.mode(rule).value == "off", rule
+        else:
+            assert rule not in {m.rule for m in webhook_rules.mutations}, rule
+
+
+EXEMPTIONS = """\
+exemptions:
+  namespaces: [kube-system]
+  namespaceSelector: {matchLabels: {gpu-admission.io/exempt: "true"}}
+  serviceAccounts: ["ml-*/trusted"]
+  podSelector: {matchExpressions: [{key: tier, operator: In, values: [system]}]}
+"""
+
+
+@pytest.mark.parametrize(
+    ("namespace", "labels", "account", "pod_labels", "exempt"),
+    [
+        ("ml-team", {}, None, {}, False),
+        ("ml-team", {"gpu-admission.io/exempt": "true"}, None, {}, True),
+        ("ml-team", {"gpu-admission.io/exempt": "false"}, None, {}, False),
+        ("ml-team", None, None, {}, False),  # labels unknown: no selector matches
+        ("ml-team", {}, "trusted", {}, True),
+        ("ml-team", {}, "other", {}, False),
+        ("research", {}, "trusted", {}, False),  # "ml-*/trusted" only
+        ("ml-team", {}, None, {"tier": "system"}, True),
+        ("ml-team", {}, None, {"tier": "web"}, False),
+    ],
+)
+def test_exemptions_by_labels_and_service_account_as_the_engine(
+    tmp_path: Path,
+    namespace: str,
+    labels: dict[str, str] | None,
+    account: str | None,
+    pod_labels: dict[str, str],
+    exempt: bool,
+) -> None:
+    rules = compile_rules(load_rules(_rule_folder(tmp_path, EXEMPTIONS)))
+    export = build(rules)
+    assert not [i for i in export.left_out if i.why.startswith("exemptions")]
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "d"},
+        "spec": {"template": {"metadata": {"labels": pod_labels}, "spec": _half_gpu_pod()["spec"]}},
+    }
+    if account:
+        deployment["spec"]["template"]["spec"]["serviceAccountName"] = account
+    case = Case("exemption", deployment, namespace=namespace, labels=labels)
+    decision = evaluate(case.subject(), rules, None, stage=Stage.ADMIT)
+    assert bool(decision.judged) is not exempt and bool(decision.patch) is not exempt
+    (deny,) = [
+        o
+        for o in export.objects
+        if o["metadata"]["name"] == "deny.gpu-admission.io"
+        and o["kind"] == "ValidatingAdmissionPolicy"
+    ]
+    assert evaluate_policy(deny, case.obj, **case.request).failed is not exempt
+    (tolerations,) = [
+        o
+        for o in export.objects
+        if o["kind"] == "MutatingAdmissionPolicy"
+        and o["metadata"]["name"].startswith("gpu-tolerations")
+    ]
+    assert bool(mutation_patches(tolerations, case.obj, **case.request)) is not exempt
+
+
+def test_a_declared_kind_is_judged_at_its_paths_even_through_reserved_words(
+    tmp_path: Path,
+) -> None:
+    # `package` is a CEL reserved word; `*` walks a map's values (`{main: ..., extra: ...}`).
+    rule_file = tmp_path / "rules.yaml"
+    rule_file.write_text(
+        """\
+workloads:
+  - group: serving.example.com
+    kind: ModelServer
+    resource: modelservers
+    versions: [v1]
+    podTemplates: [spec.package.template, "spec.shards.*.template"]
+"""
+    )
+    pod_spec = _half_gpu_pod()["spec"]
+    obj = {
+        "apiVersion": "serving.example.com/v1",
+        "kind": "ModelServer",
+        "metadata": {"name": "m"},
+        "spec": {
+            "package": {"template": {"spec": pod_spec}},
+            "shards": {"main": {"template": {"spec": pod_spec}}, "a.b": {"template": {}}},
+        },
+    }
+    case = Case("declared", obj, rules=rule_file)
+    assert "gpu-whole-quantity" in _agree(case)
+    (policy, _), *_ = _policies(rule_file)
+    message = evaluate_policy(policy, obj, **case.request).message
+    assert "spec.package.template.spec.containers[0].resources" in message
+    assert "spec.shards.main.template.spec.containers[0].resources" in message
+    assert "gpu-tolerations" in _agree_on_patches(case)

@@ -1,0 +1,30 @@
+"""Everything one export writes for a rule set and a Kubernetes version."""
+
+from __future__ import annotations
+
+from webhook.engine.checks import MUTATIONS
+from webhook.engine.compiled import CompiledRuleSet
+from webhook.export.mutating import mutating
+from webhook.export.scope import Export, LeftOut
+from webhook.export.validating import validating
+
+__all__ = ["MUTATING_SINCE", "build"]
+
+# MutatingAdmissionPolicy is admissionregistration.k8s.io/v1 (GA) since Kubernetes 1.36.
+MUTATING_SINCE = (1, 36)
+MUTATION_RULES = tuple(m.rule for m in MUTATIONS)
+
+
+def build(rules: CompiledRuleSet, kubernetes: tuple[int, int] = MUTATING_SINCE) -> Export:
+    objects, checked, left = validating(rules)
+    exported = [(rule, "validation", what) for rule, what in checked]
+    if kubernetes >= MUTATING_SINCE:
+        more, done, rest = mutating(rules)
+        objects += more
+        exported += [(rule, "mutation", what) for rule, what in done]
+        left += rest
+    else:
+        version = ".".join(map(str, MUTATING_SINCE))
+        why = f"MutatingAdmissionPolicy v1 needs Kubernetes {version}"
+        left += [LeftOut(rule, why, "mutation") for rule in MUTATION_RULES]
+    return Export(tuple(objects), tuple(exported), tuple(left))

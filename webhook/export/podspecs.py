@@ -1,0 +1,249 @@
+"""Where the pod specs and containers are, as CEL: the same workload table the engine reads.
+
+`pod_specs(table, root)` is a CEL list with one record per pod spec the engine's pod views
+find in `root` (`object` or `oldObject`):
+
+    {'ptr': JSON pointer, 'path': dotted path for messages, 'spec': the PodSpec,
+     'key': key of each container's ResourceRequirements, 'lone': container-path view,
+     'mutable': whether the webhook patches it, 'labels': the pod's (template's) labels,
+     only when asked for}
+
+`containers(...)` is a CEL list with one record per container of one pod spec, in the
+engine's order (init, regular, ephemeral, then the inline keys):
+
+    {'c': container, 'path': dotted path, 'ptr': JSON pointer, 'label': 'container "x"',
+     'role': ..., 'key': ..., 'mutable': ..., 'lim': limits, 'req': requests, 'asks': bool}
+
+Every step is guarded: an object whose fields have another type than Kubernetes gives them
+adds nothing here (the webhook refuses such an object as unreadable; for built-in kinds the
+apiserver's own decoding already has).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from webhook.engine.fields import dotted, pointer
+from webhook.engine.workloads import Workload, WorkloadTable
+from webhook.export.cel import q, qlist
+from webhook.ruleset.workloads import LIST_ITEMS, MAP_VALUES
+
+__all__ = ["containers", "kind_test", "pod_specs"]
+
+_WILD = (LIST_ITEMS, MAP_VALUES)
+
+
+# Words CEL reserves: a field of that name is read by index (`x['namespace']`), which works
+# on any map, where `x.namespace` would not even parse.
+_RESERVED = frozenset({
+    "as", "break", "const", "continue", "else", "false", "for", "function", "if", "import",
+    "in", "let", "loop", "namespace", "null", "package", "return", "true", "var", "void",
+    "while",
+})  # fmt: skip
+
+
+def _ident(name: str) -> bool:
+    plain = name.replace("_", "a").isascii() and name.replace("_", "a").isalnum()
+    return plain and not name[0].isdigit() and name not in _RESERVED
+
+
+def _field(expr: str, name: str) -> str:
+    return f"{expr}.{name}" if _ident(name) else f"{expr}[{q(name)}]"
+
+
+def _walk(root: str, fields: Iterable[str]) -> tuple[str, list[str]]:
+    """`root.a.b` and the guards that make reading it safe: each step is there and is a map
+    (never null: the engine walks no further through null; `object` itself is a map)."""
+    expr, guards = root, []
+    for f in fields:
+        guards.append(f"{q(f)} in {expr}")
+        expr = _field(expr, f)
+        guards.append(f"type({expr}) == map")
+    return expr, guards
+
+
+def kind_test(workloads: Iterable[Workload]) -> str:
+    """True for requests about objects of these kinds (group and kind, as the engine keys)."""
+    by_group: dict[str, list[str]] = {}
+    for w in workloads:
+        by_group.setdefault(w.group, []).append(w.kind)
+    parts = [
+        f"(request.kind.group == {q(group)} && request.kind.kind in {qlist(kinds)})"
+        for group, kinds in by_group.items()
+    ]
+    return "(" + " || ".join(parts) + ")"
+
+
+def _record(spec: str, key: str, lone: bool, mutable: bool, labels: bool) -> str:
+    extra = (", 'labels': " + ("{}" if lone else "@labels")) if labels else ""
+    return (
+        f"{{'spec': {spec}, 'ptr': @ptr, 'path': @path, 'key': {q(key)}, "
+        f"'lone': {str(lone).lower()}, 'mutable': {str(mutable).lower()}{extra}}}"
+    )
+
+
+def _labels(parent: str | None) -> str:
+    """The labels in the metadata beside the pod spec (a template's; a Pod's own), as the
+    engine reads them for podSelector exemptions; {} where there are none."""
+    if parent is None:
+        return "{}"
+    meta = f"{parent}.metadata"
+    return (
+        f"(type({parent}) == map && 'metadata' in {parent} && type({meta}) == map"
+        f" && 'labels' in {meta} && type({meta}.labels) == map ? {meta}.labels : {{}})"
+    )
+
+
+def _fill(build: str, value: str, ptr: str, path: str, parent: str | None) -> str:
+    return (
+        build.replace("@ptr", ptr)
+        .replace("@path", path)
+        .replace("@labels", _labels(parent))
+        .replace("@v", value)
+    )
+
+
+def _collect(root: str, segments: tuple[str, ...], build: str) -> str:
+    """A CEL list of `build` for each pod spec (a map) the path reaches in `root`.
+
+    `build` is a template: `@v`, `@ptr` and `@path` are replaced by CEL expressions for the
+    value reached, its JSON pointer and its dotted path.
+    """
+    wild = next((i for i, s in enumerate(segments) if s in _WILD), None)
+    if wild is None:
+        value, guards = _walk(root, segments)
+        parent, _ = _walk(root, segments[:-1])
+        made = _fill(build, value, q(pointer(*segments)), q(dotted("", *segments)), parent)
+        return f"({' && '.join(guards)} ? [{made}] : [])"
+    head, rest = segments[:wild], segments[wild + 1 :]
+    outer, guards = _walk(root, head)
+    guards = guards[:-1]  # a list or a map, tested below
+    ptr_tail, path_tail = pointer(*rest), dotted("x", *rest)[1:]
+    base_ptr, base_path = pointer(*head), dotted("", *head)
+
+    def each(var: str, at: str, ptr: str, path: str) -> str:
+        item, inner = _walk(at, rest)
+        keep = " && ".join([f"type({at}) == map", *inner])
+        parent = _walk(at, rest[:-1])[0] if rest else outer
+        made = _fill(build, item, ptr, path, parent)
+        return f".filter({var}, {keep}).map({var}, {made})"
+
+    # Either wildcard walks list items and map values alike, as the engine's `walk` does; a
+    # map's keys in sorted order, so the message reads the same on every request (Go's maps
+    # have no order).
+    by_index = each(
+        "i",
+        f"{outer}[i]",
+        f"{q(base_ptr + '/')} + string(i) + {q(ptr_tail)}",
+        f"{q(base_path + '[')} + string(i) + {q(']' + path_tail)}",
+    )
+    key_path = (
+        "(k.contains('.') || k.contains('/') ? '[\"' + k + '\"]' : "
+        f"{q('.' if base_path else '')} + k)"
+    )
+    by_key = each(
+        "k",
+        f"{outer}[k]",
+        f"{q(base_ptr + '/')} + k.replace('~', '~0').replace('/', '~1') + {q(ptr_tail)}",
+        f"{q(base_path)} + {key_path} + {q(path_tail)}",
+    )
+    reach = " && ".join(guards) or "true"
+    return (
+        f"({reach} ? (type({outer}) == list ? lists.range(size({outer})){by_index}"
+        f" : type({outer}) == map ? {outer}.map(k, k).sort(){by_key} : []) : [])"
+    )
+
+
+def pod_specs(table: WorkloadTable, root: str, *, labels: bool = False) -> str:
+    """The CEL list of pod-spec records in `root`: each path once, for the kinds that have it
+    (in table order, as the engine's views come); `labels`: with the pods' labels."""
+    paths: dict[tuple[tuple[str, ...], str, bool, bool], list[Workload]] = {}
+    for w in table.kinds:
+        for segments in w.spec_paths:
+            paths.setdefault((segments, "resources", False, w.mutate), []).append(w)
+        for segments, key in w.container_paths:
+            paths.setdefault((segments, key, True, False), []).append(w)
+    parts = []
+    for (segments, key, lone, mutable), kinds in paths.items():
+        # dyn() first: the apiserver's CEL wants a map literal's values of one type (or dyn).
+        spec = "dyn({'containers': [@v]})" if lone else "dyn(@v)"
+        record = _record(spec, key, lone, mutable, labels)
+        parts.append(f"({kind_test(kinds)}\n    ? {_collect(root, segments, record)} : [])")
+    # A list of lists, flattened: `a + b + c...` would nest one level per path.
+    return "[\n  " + ",\n  ".join(parts) + "\n].flatten()" if parts else "[]"
+
+
+def _label(kind: str, name_of: str, fallback: str) -> str:
+    name = f"(has({name_of}.name) && type({name_of}.name) == string ? {name_of}.name : {fallback})"
+    return f"{q(kind + ' ')} + '\"' + {name} + '\"'"
+
+
+def _res(c: str, key: str) -> str:
+    """The container's ResourceRequirements (`key` is a CEL string), or {} where it has none
+    readable."""
+    return f"({key} in {c} && type({c}[{key}]) == map ? {c}[{key}] : {{}})"
+
+
+def _amounts(res: str, section: str) -> str:
+    return f"({q(section)} in {res} && type({res}.{section}) == map ? {res}.{section} : {{}})"
+
+
+def containers(s: str, inline: Iterable[str], asks: Callable[[str], str]) -> str:
+    """The CEL list of container records of the pod-spec record `s`.
+
+    `ptr` is its JSON pointer; `role` is init, sidecar, main or ephemeral; `lim` and `req` are
+    its limits and requests (every resource, as written); `key` and `mutable` come from the pod
+    spec's record; `asks` is whether it asks for a GPU (`asks(r)` is that test for a record
+    `r` with `lim` and `req`).
+    """
+    spec = f"{s}.spec"
+    parts = []
+    for list_name in ("initContainers", "containers", "ephemeralContainers"):
+        items = f"{spec}.{list_name}"
+        c = f"{items}[i]"
+        if list_name == "initContainers":
+            sidecar = f"has({c}.restartPolicy) && {c}.restartPolicy == 'Always'"
+            label = (
+                f"({sidecar} ? {_label('sidecar container', c, 'string(i)')}"
+                f" : {_label('init container', c, 'string(i)')})"
+            )
+            role = f"({sidecar} ? 'sidecar' : 'init')"
+        elif list_name == "containers":
+            label = (
+                f"({s}.lone ? {_label('container', c, f'{s}.path')}"
+                f" : {_label('container', c, 'string(i)')})"
+            )
+            role = "'main'"
+        else:
+            label = _label("ephemeral container", c, "string(i)")
+            role = "'ephemeral'"
+        path = f"({s}.lone ? {s}.path : {s}.path + {q('.' + list_name + '[')} + string(i) + ']')"
+        ptr = f"({s}.lone ? {s}.ptr : {s}.ptr + {q('/' + list_name + '/')} + string(i))"
+        record = (
+            f"{{'c': {c}, 'path': {path}, 'ptr': {ptr}, 'label': {label}, 'role': {role}, "
+            f"'res': {_res(c, s + '.key')}}}"
+        )
+        parts.append(
+            f"({q(list_name)} in {spec} && type({items}) == list"
+            f" ? lists.range(size({items})).filter(i, type({c}) == map).map(i, {record}) : [])"
+        )
+    keys = list(dict.fromkeys(inline))
+    if keys:
+        c = f"{spec}[k]"
+        record = (
+            f"{{'c': {c}, 'path': {s}.path + '.' + k, 'ptr': {s}.ptr + '/' + k, "
+            f"'label': {_label('container', c, 'k')}, 'role': 'main', "
+            f"'res': {_res(c, s + '.key')}}}"
+        )
+        parts.append(f"{qlist(keys)}.filter(k, k in {spec} && type({c}) == map).map(k, {record})")
+    base = "(" + "\n    + ".join(parts) + ")"
+    keep = "'c': r.c, 'path': r.path, 'ptr': r.ptr, 'label': r.label, 'role': r.role"
+    amounts = (
+        f"{{{keep}, 'key': {s}.key, 'mutable': {s}.mutable, "
+        f"'lim': {_amounts('r.res', 'limits')}, 'req': {_amounts('r.res', 'requests')}}}"
+    )
+    full = (
+        f"{{{keep}, 'key': r.key, 'mutable': r.mutable, 'lim': r.lim, 'req': r.req, "
+        f"'asks': {asks('r')}}}"
+    )
+    return f"{base}\n    .map(r, {amounts})\n    .map(r, {full})"
