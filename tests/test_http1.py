@@ -234,6 +234,8 @@ async def test_a_client_that_never_reads_its_answers_is_cut(holder: RuleHolder) 
     the response grace the connection is cut, so it never holds memory for long."""
     from webhook.server import connections
 
+    cuts = connections.CUT.labels("unread_answers")
+    before = cuts._value.get()
     limits = Limits(idle_timeout=PATIENCE * 2, body_timeout=0.2)
     grace = connections.RESPONSE_GRACE
     connections.RESPONSE_GRACE = 0.3
@@ -253,9 +255,78 @@ async def test_a_client_that_never_reads_its_answers_is_cut(holder: RuleHolder) 
             while servers.webhook_site.connections:
                 assert asyncio.get_running_loop().time() < deadline, "never cut"
                 await asyncio.sleep(0.02)
+            # Cut as soon as it pipelined past answers it had not read, not after answering
+            # everything it sent.
+            assert cuts._value.get() > before
             writer.close()
     finally:
         connections.RESPONSE_GRACE = grace
+
+
+async def test_tiny_chunks_and_endless_trailers_are_cut_by_the_bytes_on_the_wire(
+    holder: RuleHolder,
+) -> None:
+    """A body in 1-byte chunks costs the server its bytes, not an object per chunk, and the
+    framing around it is bounded too: past the wire limit of a request, 413 and close. So
+    are trailers that never end after the last chunk."""
+    limits = Limits(idle_timeout=PATIENCE * 2, max_body=64 * 1024, body_timeout=PATIENCE)
+    async with running(holder, limits) as servers:
+        reader, writer = await connect(servers)
+        writer.write(post(b"", Transfer_Encoding="chunked"))
+        with contextlib.suppress(ConnectionError):
+            for _ in range(100):  # 600 KB of framing for 100 KB of body, far past the limit
+                writer.write(b"1\r\nx\r\n" * 1000)
+                await writer.drain()
+        status, fields, body = await read_response(reader)
+        assert status == 413 and fields["connection"] == "close"
+        assert b" over " in body  # the wire limit or the body limit, whichever first
+        writer.close()
+        reader, writer = await connect(servers)
+        writer.write(post(b"", Transfer_Encoding="chunked") + b"1\r\nx\r\n0\r\nX-Trailer: ")
+        with contextlib.suppress(ConnectionError):
+            for _ in range(40):
+                writer.write(b"v" * 16384)
+                await writer.drain()
+        assert (await read_response(reader))[0] == 413
+        assert servers.state.body_bytes == 0
+        writer.close()
+
+
+async def test_a_body_for_no_route_is_never_read(holder: RuleHolder) -> None:
+    """404 as soon as the head is in: an 8 MiB upload to a path nobody serves draws nothing
+    from the large-body budget and is not waited for."""
+    async with running(holder) as servers:
+        reader, writer = await connect(servers)
+        writer.write(b"POST /nowhere HTTP/1.1\r\nHost: x\r\nContent-Length: 8000000\r\n\r\n{")
+        status, fields, body = await read_response(reader)
+        assert status == 404 and fields["connection"] == "close"
+        assert b"nowhere" not in body  # the path is not echoed either
+        assert servers.state.body_bytes == 0
+        writer.close()
+
+
+async def test_the_probe_port_takes_no_large_body(holder: RuleHolder) -> None:
+    from webhook.server.app import make_probe_app
+
+    state = ServerState(Limits(idle_timeout=PATIENCE * 2))
+    servers = await start_servers(
+        make_app(holder, state=state, probes=False),
+        host="127.0.0.1",
+        port=0,
+        ssl_context=None,
+        probe_app=make_probe_app(holder, state=state),
+        probe_port=0,
+    )
+    try:
+        assert servers.probe_port is not None
+        reader, writer = await asyncio.open_connection("127.0.0.1", servers.probe_port)
+        writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\n\r\n")
+        status, _, body = await read_response(reader)
+        assert status == 413 and b"4096" in body
+        assert state.body_bytes == 0
+        writer.close()
+    finally:
+        await servers.stop()
 
 
 # --- any bytes at all, in-process ---------------------------------------------------------------

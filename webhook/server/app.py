@@ -53,6 +53,9 @@ __all__ = [
 
 log = logging.getLogger("gpu-admission")
 
+# The probe port takes GETs: a body is never needed there, and a large one is refused at once.
+PROBE_MAX_BODY = 4096
+
 
 @dataclass
 class ClusterSource:
@@ -219,7 +222,7 @@ def make_probe_app(
 ) -> Routes:
     """The plain-HTTP port: /healthz, /readyz and /metrics, never a review."""
     admission = Admission(rules, cluster or ClusterSource(), state or ServerState())
-    routes = Routes(admission.state)
+    routes = Routes(admission.state, max_body=PROBE_MAX_BODY)
     admission.add_probes(routes)
     return routes
 

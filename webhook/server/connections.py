@@ -88,6 +88,9 @@ class Listener:
         self._acceptor: asyncio.Task[None] | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self.connections: set[Connection] = set()
+        # Evicted to make room, no longer counted, still closing: the sweep drops them if
+        # their close never ends.
+        self.retired: set[Connection] = set()
 
     @property
     def name(self) -> str:
@@ -125,13 +128,15 @@ class Listener:
         for conn in list(self.connections):
             if conn.handshake is not None:
                 conn.handshake.cancel()
+            elif not conn.busy:
+                conn.close()  # idle: closed first, so no new request starts on it
         await asyncio.gather(*(c.settled(timeout) for c in list(self.connections)))
         for conn in list(self.connections):
             conn.close()
-        deadline = self.now() + 1.0  # the TLS goodbyes
+        deadline = self.now() + TLS_SHUTDOWN_SECONDS  # answers still going out, TLS goodbyes
         while self.connections and self.now() < deadline:
             await asyncio.sleep(0.01)
-        for conn in list(self.connections):
+        for conn in [*self.connections, *self.retired]:
             conn.cut("shutdown")
             self.forget(conn)
 
@@ -216,6 +221,7 @@ class Listener:
 
     def forget(self, conn: Connection) -> None:
         self.connections.discard(conn)
+        self.retired.discard(conn)
 
     def _make_room(self) -> bool:
         """At the cap, close one connection that is not doing a request's work, cheapest loss
@@ -228,6 +234,7 @@ class Listener:
         new one refused."""
         now, stalled = self.now(), self._limits.stalled_body
         order: list[Callable[[Connection], bool]] = [
+            lambda c: c.phase is Phase.CLOSING,  # answered and closing already
             lambda c: c.phase is Phase.IDLE and not c.requests,
             lambda c: c.phase is Phase.HANDSHAKE,
             lambda c: c.phase is Phase.HEAD,
@@ -242,6 +249,8 @@ class Listener:
                 oldest = min(candidates, key=lambda c: c.since)
                 self.forget(oldest)
                 oldest.evict()
+                if oldest.transport is not None:  # a polite close: may still be finishing
+                    self.retired.add(oldest)
                 return True
         return False
 
@@ -251,10 +260,17 @@ class Listener:
         while True:
             await asyncio.sleep(tick)
             now = self.now()
+            closing_grace = limits.linger + TLS_SHUTDOWN_SECONDS
+            for conn in list(self.retired):
+                if now - conn.since > closing_grace:
+                    conn.abort()
+                    self.retired.discard(conn)
             for conn in list(self.connections):
                 waited = now - conn.since
                 phase = conn.phase
-                if phase is Phase.HEAD and waited > limits.header_timeout:
+                if phase is Phase.CLOSING and waited > closing_grace:
+                    conn.abort()  # a close that never ends: its client reads nothing
+                elif phase is Phase.HEAD and waited > limits.header_timeout:
                     conn.cut("header_timeout")
                 elif phase is Phase.IDLE and waited > limits.idle_timeout:
                     conn.close()  # the keep-alive timeout: a clean close

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import httptools
 import orjson
@@ -80,19 +80,28 @@ class Routes:
     state: ServerState
     table: dict[str, dict[str, Handler]] = field(default_factory=dict)
     contexts: list[Callable[[], Any]] = field(default_factory=list)
+    # The largest body a route here takes; None: the server's --max-body-mib (reviews).
+    max_body: int | None = None
 
     def add(self, method: str, path: str, handler: Handler) -> None:
         self.table.setdefault(path, {})[method] = handler
 
-    def answer(self, request: Request) -> Answer:
-        methods = self.table.get(request.path)
+    def find(self, method: str, path: str) -> Handler | Answer:
+        """The handler, or the 404/405 to answer (decided from the head, before any body)."""
+        methods = self.table.get(path)
         if methods is None:
-            return error(404, f"no route {request.path}")
-        handler = methods.get(request.method)
+            return error(404, "no such path on this port")
+        handler = methods.get(method)
         if handler is None:
-            return error(405, f"{request.method} not allowed on {request.path}")
+            return error(405, "method not allowed on this path")
+        return handler
+
+    def answer(self, request: Request) -> Answer:
+        found = self.find(request.method, request.path)
+        if isinstance(found, Answer):
+            return found
         try:
-            return handler(request)
+            return found(request)
         except Exception:  # never a traceback to the client
             log.exception("internal error on %s", request.path)
             return error(500, "internal error in gpu-admission; see the webhook log")
@@ -144,11 +153,20 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self._parser = httptools.HttpRequestParser(self)
         self._lease = Lease(self.state)
+        limits = self.state.limits
+        self._max_body = routes.max_body if routes.max_body is not None else limits.max_body
+        # Bytes on the wire a request may take: its body, chunk framing (1.5% at 16 KiB
+        # chunks; a client sending tiny chunks is refused) and trailers.
+        self._max_wire = self._max_body + MAX_HEAD + self._max_body // 64 + 4096
         self._url = b""
-        self._head_bytes = 0
+        self._route: Handler | Answer | None = None
+        self._wire = 0  # bytes of the current request read so far (head, body, framing)
+        self._began = False  # a request began in the read being parsed
         self._headers = 0
         self._continue = False
-        self._chunks: list[bytes] = []
+        self._body_coming = False
+        self._first = b""  # the body: its first piece, then one growing buffer
+        self._buffer: bytearray | None = None
         self._total = 0
         self._ignoring = False  # refused: what still arrives is dropped until the close
         self._linger: asyncio.TimerHandle | None = None
@@ -185,7 +203,7 @@ class Connection(asyncio.Protocol):
         self.phase = Phase.CLOSING
         self.receiving = False
         self._lease.release()
-        self._chunks = []
+        self._first, self._buffer = b"", None
         if self._linger is not None:
             self._linger.cancel()
         if self._settled is not None:
@@ -212,6 +230,7 @@ class Connection(asyncio.Protocol):
             return
         if self.phase is Phase.IDLE:
             self.enter(Phase.HEAD)
+        self._began = False
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserCallbackError as exc:  # ours, raised in a callback
@@ -225,21 +244,35 @@ class Connection(asyncio.Protocol):
         except httptools.HttpParserError as exc:
             self._refuse(400, f"malformed request: {_reason(exc)}", "bad_request", linger=False)
             return
-        if self.phase is Phase.HEAD:
-            self._head_bytes += len(data)
-            if self._head_bytes > MAX_HEAD:
-                self._refuse(431, "request head too large", "head_too_large", linger=False)
+        # A request that began in this read: a head still incomplete is charged the whole read
+        # (the head bound must hold; only a client pipelining large bodies could be charged
+        # too much), a body is counted from the next read (its own bounds hold meanwhile).
+        if not self._began:
+            self._wire += len(data)
+        else:
+            self._wire = len(data) if self.phase is Phase.HEAD else 0
+        if self.phase is Phase.HEAD and self._wire > MAX_HEAD:
+            self._refuse(431, "request head too large", "head_too_large", linger=False)
+        elif self.phase is Phase.REQUEST and self._wire > self._max_wire:
+            self._refuse(413, f"request over {self._max_wire} bytes", "body_too_large")
 
     # --- parser callbacks ------------------------------------------------------------------
 
     def on_message_begin(self) -> None:
+        if self._write_paused:
+            # Pipelined requests while the answers already written go unread: answering
+            # them would only pile up more. The apiserver never pipelines.
+            self.cut("unread_answers")
+            raise _Stop
         if self.phase is Phase.IDLE:  # a pipelined request after an answer
             self.enter(Phase.HEAD)
-        self._head_bytes = 0
+        self._began = True
         self._url = b""
+        self._route = None
         self._headers = 0
         self._continue = False
-        self._chunks = []
+        self._body_coming = False
+        self._first, self._buffer = b"", None
         self._total = 0
 
     def on_url(self, url: bytes) -> None:
@@ -256,16 +289,30 @@ class Connection(asyncio.Protocol):
         lowered = name.lower()
         if lowered == b"content-length":
             self._declared(value)
+        elif lowered == b"transfer-encoding":
+            self._body_coming = True
         elif lowered == b"expect" and value.lower() == b"100-continue":
             self._continue = True
 
+    def _lookup(self) -> Handler | Answer:
+        """The route, known from the request line alone (headers come after it)."""
+        if self._route is None:
+            path, _, _ = self._url.partition(b"?")
+            method = self._parser.get_method().decode("latin-1")
+            self._route = self.routes.find(method, path.decode("latin-1"))
+        return self._route
+
     def _declared(self, value: bytes) -> None:
-        """A Content-Length over the limit is refused before a byte of the body is read."""
+        """A Content-Length over the limit is refused before a byte of the body is read; a
+        body for no route here draws nothing from the budget (it is never read)."""
         try:
             length = int(value)
         except ValueError:
             return  # the parser itself rejects it
-        if length > self.state.limits.max_body:
+        self._body_coming = length > 0
+        if isinstance(self._lookup(), Answer):
+            return
+        if length > self._max_body:
             self._refuse(413, self._too_large, "body_too_large")
             raise _Stop
         try:
@@ -276,19 +323,23 @@ class Connection(asyncio.Protocol):
 
     @property
     def _too_large(self) -> str:
-        return f"request body over {self.state.limits.max_body} bytes"
+        return f"request body over {self._max_body} bytes"
 
     def on_headers_complete(self) -> None:
         self.enter(Phase.REQUEST)
         self.requests += 1
-        self._head_bytes = 0
         self.receiving = True
+        route = self._lookup()
+        if isinstance(route, Answer) and self._body_coming:
+            # No route takes it: answered now, and its body is never read.
+            self._refuse(route.status, _reason_of(route), "no_route")
+            raise _Stop
         if self._continue and self.transport is not None:
             self.transport.write(_CONTINUE)
 
     def on_body(self, chunk: bytes) -> None:
         self._total += len(chunk)
-        if self._total > self.state.limits.max_body:  # chunked: cut at the limit
+        if self._total > self._max_body:  # chunked: cut at the limit
             self._refuse(413, self._too_large, "body_too_large")
             raise _Stop
         try:
@@ -296,15 +347,25 @@ class Connection(asyncio.Protocol):
         except Refused as exc:
             self._refuse_with(exc)
             raise _Stop from None
-        self._chunks.append(chunk)
+        # The usual one-piece body is kept as it came; more pieces grow one buffer, so tiny
+        # chunks cost their bytes, not an object each.
+        if self._buffer is not None:
+            self._buffer += chunk
+        elif not self._first:
+            self._first = chunk
+        else:
+            self._buffer = bytearray(self._first)
+            self._buffer += chunk
+            self._first = b""
 
     def on_message_complete(self) -> None:
         self.receiving = False
-        chunks, self._chunks = self._chunks, []
-        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        # A bytearray is read by the decoder in place; typed as bytes, which it stands in for.
+        body = self._first if self._buffer is None else cast(bytes, self._buffer)
+        self._first, self._buffer = b"", None
         path, _, _ = self._url.partition(b"?")
         request = Request(self._parser.get_method().decode("latin-1"), path.decode("latin-1"), body)
-        del chunks
+        del body
         try:
             answer = self.routes.answer(request)
         finally:
@@ -330,9 +391,8 @@ class Connection(asyncio.Protocol):
             return
         transport.write(data)
         if close:
-            self.phase = Phase.CLOSING
-            self._ignoring = True
-            transport.close()  # after what was written goes out
+            self._closing()
+            transport.close()  # after what was written goes out (the sweep bounds how long)
 
     def _refuse_with(self, exc: Refused) -> None:
         self._refuse(exc.status, str(exc), exc.metric, linger=exc.linger)
@@ -344,14 +404,13 @@ class Connection(asyncio.Protocol):
 
         CUT.labels(metric).inc()
         self.receiving = False
-        self._chunks = []
+        self._first, self._buffer = b"", None
         self._lease.release()
         transport = self.transport
         if transport is None:
             return
         data = encode_answer(error(status, reason), close=True)
-        self.phase = Phase.CLOSING
-        self._ignoring = True
+        self._closing()
         transport.write(data)
         if linger:
             loop = asyncio.get_running_loop()
@@ -369,8 +428,11 @@ class Connection(asyncio.Protocol):
         from webhook.server.connections import CUT
 
         CUT.labels(reason).inc()
-        self.phase = Phase.CLOSING
-        self._ignoring = True
+        self._closing()
+        self.abort()
+
+    def abort(self) -> None:
+        """Drop the connection now, whatever is unsent (a close that never finishes)."""
         if self.transport is not None:
             self.transport.abort()
 
@@ -380,8 +442,8 @@ class Connection(asyncio.Protocol):
         from webhook.server.connections import CUT
 
         CUT.labels(f"evicted_{self.phase.value}").inc()
-        phase, self.phase = self.phase, Phase.CLOSING
-        self._ignoring = True
+        phase = self.phase
+        self._closing()
         if self.handshake is not None:
             self.handshake.cancel()
         elif self.transport is None:
@@ -396,9 +458,15 @@ class Connection(asyncio.Protocol):
         if self.busy:
             self.close_after_response = True
         elif self.transport is not None and self.phase is not Phase.CLOSING:
-            self.phase = Phase.CLOSING
-            self._ignoring = True
+            self._closing()
             self.transport.close()
+
+    def _closing(self) -> None:
+        """Nothing more is read or answered; the sweep drops it if the close never ends."""
+        if self.phase is not Phase.CLOSING:
+            self.phase = Phase.CLOSING
+            self.since = self.listener.now()
+        self._ignoring = True
 
     async def settled(self, timeout: float) -> None:
         """Wait (at most `timeout`) for the request under way to be answered."""
@@ -408,6 +476,11 @@ class Connection(asyncio.Protocol):
         self._settled = asyncio.Event()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._settled.wait(), timeout)
+
+
+def _reason_of(answer: Answer) -> str:
+    reason = orjson.loads(answer.body).get("error") if answer.body.startswith(b"{") else None
+    return reason if isinstance(reason, str) else "not found"
 
 
 def _reason(exc: Exception) -> str:
