@@ -34,9 +34,9 @@ FRESH_GRACE_SECONDS = 0.5
 CUT = Counter(
     "gpu_admission_clients_cut_total",
     "Connections or requests cut to keep each client's work bounded, by reason "
-    "(connection_cap, evicted_idle, evicted_handshake, evicted_head, header_timeout, "
-    "request_timeout, body_timeout, body_too_large, body_budget, head_too_large, "
-    "bad_request, internal_error).",
+    "(connection_cap, evicted_<phase>, header_timeout, request_timeout, body_timeout, "
+    "body_too_large, body_budget, head_too_large, bad_request, no_route, unread_answers, "
+    "internal_error, shutdown).",
     ["reason"],
 )
 
