@@ -13,10 +13,10 @@ ConfigMap deploys (a test keeps them equal).
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Hashable, Iterable, Iterator
 from typing import TypeVar
 
+from webhook.celtext import name_test, q, qlist
 from webhook.engine.compiled import CompiledRuleSet
 from webhook.engine.workloads import Workload, WorkloadTable
 from webhook.ruleset.defaults import DEFAULT_DEVICE_PATHS
@@ -30,48 +30,6 @@ NAMESPACE = "gpu-admission"
 # Never sent, whatever the rule set says: the control plane must not wait on a webhook, and
 # the webhook must be able to restart while it is down.
 ALWAYS_SKIPPED = ("kube-system", NAMESPACE)
-
-
-def _q(text: str) -> str:
-    """A CEL string literal (JSON's escaping is valid CEL)."""
-    return "'" + json.dumps(text)[1:-1].replace("'", "\\'") + "'"
-
-
-def _list(items: Iterable[str]) -> str:
-    return "[" + ", ".join(_q(i) for i in items) + "]"
-
-
-def _glob_re2(pattern: str) -> str:
-    """A shell-style name pattern as an anchored RE2 regex (CEL's `matches`)."""
-    out, i = ["^"], 0
-    while i < len(pattern):
-        ch = pattern[i]
-        if ch == "*":
-            out.append(".*")
-        elif ch == "?":
-            out.append(".")
-        elif ch == "[" and "]" in pattern[i + 1 :]:
-            end = pattern.index("]", i + 1)
-            body = pattern[i + 1 : end]
-            out.append("[" + ("^" + body[1:] if body.startswith("!") else body) + "]")
-            i = end
-        else:
-            out.append(re.escape(ch))
-        i += 1
-    return "".join(out) + "$"
-
-
-def _name_test(var: str, patterns: Iterable[str]) -> str:
-    """CEL that is true when the string `var` matches one of the patterns."""
-    exact = sorted({p for p in patterns if not is_pattern(p)})
-    tests = [f"{var} in {_list(exact)}"] if exact else []
-    for p in sorted({p for p in patterns if is_pattern(p)}):
-        body = p[:-1] if p.endswith("*") else p[1:] if p.startswith("*") else None
-        if body is not None and not is_pattern(body):
-            tests.append(f"{var}.{'startsWith' if p.endswith('*') else 'endsWith'}({_q(body)})")
-        else:
-            tests.append(f"{var}.matches({_q(_glob_re2(p))})")
-    return " || ".join(tests) or "false"
 
 
 _K = TypeVar("_K", bound=Hashable)
@@ -110,12 +68,10 @@ def _kind_test(workloads: Iterable[Workload]) -> str:
         version = (
             "object.apiVersion == 'v1'"
             if not group
-            else f"object.apiVersion.startsWith({_q(group + '/')})"
+            else f"object.apiVersion.startsWith({q(group + '/')})"
         )
         kind = (
-            f"object.kind == {_q(kinds[0])}"
-            if len(kinds) == 1
-            else f"object.kind in {_list(kinds)}"
+            f"object.kind == {q(kinds[0])}" if len(kinds) == 1 else f"object.kind in {qlist(kinds)}"
         )
         parts.append(f"{version} && {kind}")
     return parts[0] if len(parts) == 1 else "\n    || ".join(f"({p})" for p in parts)
@@ -206,7 +162,7 @@ def _device_prefixes(patterns: Iterable[str]) -> tuple[list[str], list[str]]:
 
 
 def _container_test(resources: str, names: _Names) -> str:
-    gpu = _name_test("r", names.gpu_resources)
+    gpu = name_test("r", names.gpu_resources)
     return f"""(
                 // (a) a GPU resource with an amount other than zero, in requests or limits
                 (has(c.{resources}) && ['requests', 'limits'].exists(w, w in c.{resources}
@@ -223,9 +179,9 @@ def _container_test(resources: str, names: _Names) -> str:
 
 def _pod_test(names: _Names) -> str:
     prefixes, above = _device_prefixes(names.device_paths)
-    labels = _list(names.label_prefixes)
-    keys = _list(names.taint_keys)
-    inline = _list(names.inline)
+    labels = qlist(names.label_prefixes)
+    keys = qlist(names.taint_keys)
+    inline = qlist(names.inline)
     return f"""(
               (has(p.containers) ? p.containers : [])
               + (has(p.initContainers) ? p.initContainers : [])
@@ -238,8 +194,8 @@ def _pod_test(names: _Names) -> str:
             //     '/.' goes too: the webhook normalizes it before matching.
             || (has(p.volumes) && p.volumes.exists(v,
               has(v.hostPath) && has(v.hostPath.path)
-              && (v.hostPath.path in {_list(above)}
-                || {_list(prefixes)}.exists(d, v.hostPath.path.startsWith(d))
+              && (v.hostPath.path in {qlist(above)}
+                || {qlist(prefixes)}.exists(d, v.hostPath.path.startsWith(d))
                 || v.hostPath.path.contains('//')
                 || v.hostPath.path.contains('/.'))))
             // (d) a way onto GPU nodes: a toleration of a GPU node taint or of every taint (no
