@@ -15,8 +15,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, TextIO
 
 from webhook.audit.manifests import InputError
+from webhook.audit.policyreport import policy_reports
 from webhook.audit.progress import Progress, progress_for
-from webhook.audit.reports import Page, View, policy_reports, write_report
+from webhook.audit.reports import Page, View, write_report
 from webhook.audit.run import AuditResult, Skipped, Summary, audit
 from webhook.engine.compiled import CompiledRuleSet, compile_rules
 from webhook.facts.model import FactsSource

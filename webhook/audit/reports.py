@@ -12,7 +12,6 @@ import difflib
 import itertools
 import time
 import xml.etree.ElementTree as ET
-from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -23,13 +22,14 @@ import yaml
 from webhook.audit.html import write_html
 from webhook.audit.locations import Location
 from webhook.audit.manifests import InputError
+from webhook.audit.policyreport import write_policy_reports
 from webhook.audit.run import AuditResult, Skipped, Summary
 from webhook.audit.sarif import write_sarif
 from webhook.audit.tallies import VERDICTS, Tallies
 from webhook.engine.compiled import CompiledRuleSet
 from webhook.facts.model import FactsSource
 
-__all__ = ["FORMATS", "Page", "View", "policy_reports", "write_report"]
+__all__ = ["FORMATS", "Page", "View", "write_report"]
 
 Item = AuditResult | Skipped | InputError
 
@@ -309,142 +309,6 @@ def _junit(items: Iterable[Item], out: TextIO, fail_on: str, view: View) -> None
     out.write(ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n")
 
 
-_RESULT = {"enforce": "fail", "audit": "fail", "warn": "warn"}
-_SEVERITY = {"enforce": "high", "audit": "medium", "warn": "low"}
-_LABELS = {"app.kubernetes.io/managed-by": "gpu-admission"}
-
-
-def _place(location: Location | dict[str, Any] | None) -> dict[str, str]:
-    """A location as PolicyReport result properties, which hold strings only."""
-    if location is None:
-        return {}
-    where = location.as_json() if isinstance(location, Location) else location
-    return {k: str(v) for k, v in where.items()}
-
-
-def policy_reports(
-    items: Iterable[Item],
-    active: Iterable[str],
-    now: float,
-    unchecked: list[str],
-) -> list[dict[str, Any]]:
-    """wgpolicyk8s.io/v1alpha2 PolicyReports, one per namespace; a result per object and rule.
-
-    Rules that ran and found nothing report `pass`, so dashboards can show compliance; rules
-    that could not run (no cluster facts) report `skip`, never a false pass. The report's
-    `summary` counts results (object x rule), as the format says; its annotations carry the
-    object counts every other output shows. Input errors, which belong to no namespace, go to
-    one ClusterPolicyReport of `error` results.
-    """
-    stamp = {"seconds": int(now), "nanos": 0}
-    active = list(active)
-    by_ns: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    counts: dict[str, Summary] = defaultdict(Summary)
-    errors: list[dict[str, Any]] = []
-    for item in items:
-        if isinstance(item, InputError):
-            errors.append(
-                {
-                    "source": "gpu-admission",
-                    "policy": "gpu-admission",
-                    "rule": "input",
-                    "timestamp": dict(stamp),
-                    "result": "error",
-                    "scored": False,
-                    "message": item.message,
-                    "properties": {"source": item.source, **_place(item.location)},
-                }
-            )
-            continue
-        if not isinstance(item, AuditResult):
-            continue
-        counts[item.namespace].add(item)
-        subject = {
-            "apiVersion": item.api_version,
-            "kind": item.kind,
-            "name": item.name,
-            "namespace": item.namespace,
-        }
-        fired = set()
-        for f in item.findings():
-            fired.add(f["rule"])
-            by_ns[item.namespace].append(
-                {
-                    "source": "gpu-admission",
-                    "policy": "gpu-admission",
-                    "rule": f["rule"],
-                    "category": "GPU workloads",
-                    "severity": _SEVERITY[f["mode"]],
-                    "timestamp": dict(stamp),
-                    "result": _RESULT[f["mode"]],
-                    "scored": True,
-                    "resources": [dict(subject)],
-                    "message": f["message"],
-                    "properties": {
-                        "mode": f["mode"],
-                        "path": f["path"],
-                        "source": item.source,
-                        **_place(f["location"]),
-                    },
-                }
-            )
-        for rule in active:
-            if rule not in fired:
-                by_ns[item.namespace].append(
-                    {
-                        "source": "gpu-admission",
-                        "policy": "gpu-admission",
-                        "rule": rule,
-                        "timestamp": dict(stamp),
-                        "result": "skip" if rule in unchecked else "pass",
-                        "scored": True,
-                        "resources": [dict(subject)],
-                    }
-                )
-    reports = [
-        _report(
-            "PolicyReport",
-            {"name": "gpu-admission", "namespace": namespace},
-            results,
-            {f"gpu-admission.io/{k}": str(v) for k, v in counts[namespace].counts().items()},
-        )
-        for namespace, results in sorted(by_ns.items())
-    ]
-    if errors:
-        meta = {"name": "gpu-admission-input-errors"}
-        reports.append(_report("ClusterPolicyReport", meta, errors, {}))
-    return reports
-
-
-def _report(
-    kind: str, meta: dict[str, str], results: list[dict[str, Any]], notes: dict[str, str]
-) -> dict[str, Any]:
-    summary = {k: 0 for k in ("pass", "fail", "warn", "error", "skip")}
-    for r in results:
-        summary[r["result"]] += 1
-    metadata: dict[str, Any] = {**meta, "labels": dict(_LABELS)}
-    if notes:
-        metadata["annotations"] = notes
-    return {
-        "apiVersion": "wgpolicyk8s.io/v1alpha2",
-        "kind": kind,
-        "metadata": metadata,
-        "summary": summary,
-        "results": results,
-    }
-
-
-def _policyreport(
-    items: Iterable[Item],
-    out: TextIO,
-    active: tuple[str, ...],
-    now: float,
-    unchecked: list[str],
-) -> None:
-    reports = policy_reports(items, active, now, unchecked)
-    out.write(yaml.safe_dump_all(reports, sort_keys=False) if reports else "")
-
-
 FORMATS = ("table", "json", "junit", "policyreport", "sarif", "html")
 
 
@@ -481,7 +345,7 @@ def write_report(
         _junit(counted, out, fail_on, view)
     elif fmt == "policyreport":
         now = time.time() if now is None else now
-        _policyreport(counted, out, active, now, skipped)
+        write_policy_reports(counted, out, active, now, skipped)
     elif fmt == "sarif":
         write_sarif(
             counted,
