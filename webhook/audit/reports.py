@@ -1,5 +1,6 @@
-"""Audit output formats: a table for people, JSON for scripts, JUnit for CI, PolicyReports for
-the dashboards that already read the wgpolicyk8s.io format, SARIF for code scanning.
+"""Audit output formats: a table for people, JSON for scripts, JUnit for CI, written here;
+PolicyReports (policyreport.py), SARIF (sarif.py) and the HTML page (html.py) are dispatched
+from `write_report` too.
 
 Every format counts by one convention (`run.Summary`): each object is allowed or denied, and
 warned and mutated count objects among those; a JUnit failure is an object that makes the
