@@ -18,6 +18,7 @@ import pytest
 from conftest import ROOT, review_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_server_limits import GPU_POD  # the same pod as the limit tests
 
 from webhook.server.app import make_app
 from webhook.server.http1 import MAX_HEAD, MAX_URL, Connection, Phase
@@ -26,20 +27,6 @@ from webhook.server.ports import Servers, start_servers
 from webhook.server.reload import RuleHolder
 
 PATIENCE = 5.0
-GPU_POD = {
-    "apiVersion": "v1",
-    "kind": "Pod",
-    "metadata": {"name": "train", "namespace": "ml-team"},
-    "spec": {
-        "containers": [
-            {
-                "name": "main",
-                "image": "pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime",
-                "resources": {"limits": {"nvidia.com/gpu": "1", "memory": "8Gi"}},
-            }
-        ]
-    },
-}
 
 
 @pytest.fixture(scope="module")
