@@ -179,6 +179,26 @@ async def test_routes_methods_and_unknown_paths(
         writer.close()
 
 
+async def test_head_gets_the_gets_headers_and_no_body(holder: RuleHolder) -> None:
+    """HEAD /healthz, as some probes send it: the GET's status and length, no body, and the
+    connection stays usable."""
+    async with running(holder) as servers:
+        reader, writer = await connect(servers)
+        writer.write(
+            b"HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+        )
+        status_line = await asyncio.wait_for(reader.readline(), PATIENCE)
+        assert status_line.startswith(b"HTTP/1.1 200")
+        fields: dict[str, str] = {}
+        while (line := await reader.readline()) != b"\r\n":
+            name, _, value = line.decode().partition(":")
+            fields[name.strip().lower()] = value.strip()
+        assert fields["content-length"] == "2"  # "ok", not sent
+        status, _, body = await read_response(reader)  # the next answer starts right here
+        assert status == 200 and body == b"ok"
+        writer.close()
+
+
 async def test_garbage_gets_400_without_its_bytes_echoed_and_a_close(
     holder: RuleHolder,
 ) -> None:

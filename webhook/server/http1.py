@@ -92,6 +92,8 @@ class Routes:
         if methods is None:
             return error(404, "no such path on this port")
         handler = methods.get(method)
+        if handler is None and method == "HEAD":  # the GET's answer, headers only
+            handler = methods.get("GET")
         if handler is None:
             return error(405, "method not allowed on this path")
         return handler
@@ -119,8 +121,9 @@ _STATUS = {s.value: _status_line(s.value) for s in HTTPStatus}
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
-def encode_answer(answer: Answer, close: bool) -> bytes:
-    """The whole response, status line to body, as one buffer: one write, one TLS record."""
+def encode_answer(answer: Answer, close: bool, *, head_only: bool = False) -> bytes:
+    """The whole response, status line to body, as one buffer: one write, one TLS record.
+    `head_only`: the answer to a HEAD request, its GET's headers without the body."""
     head = _STATUS.get(answer.status) or _status_line(answer.status)
     extra = b"Connection: close\r\n" if close else b""
     return b"%sContent-Type: %s\r\nContent-Length: %d\r\n%s\r\n%s" % (
@@ -128,7 +131,7 @@ def encode_answer(answer: Answer, close: bool) -> bytes:
         answer.content_type.encode(),
         len(answer.body),
         extra,
-        answer.body,
+        b"" if head_only else answer.body,
     )
 
 
@@ -377,7 +380,7 @@ class Connection(asyncio.Protocol):
             or not self._parser.should_keep_alive()
         )
         self.enter(Phase.IDLE)
-        self._write(encode_answer(answer, close), close)
+        self._write(encode_answer(answer, close, head_only=request.method == "HEAD"), close)
         if close:
             raise _Stop
         if self._write_paused:  # answers pile up unread: the response grace runs
