@@ -102,7 +102,7 @@ def report_line(r: Result) -> str:
 
 
 def stage_line(r: Result) -> str:
-    """Server µs per request by stage; what the stages do not cover is aiohttp's HTTP read and
+    """Server µs per request by stage; what the stages do not cover is the HTTP read and
     write, TLS and the event loop (and, at most a few µs, the stopwatch itself)."""
     stages = r.stages or {}
     timed = sum(stages.values())
