@@ -18,7 +18,7 @@ import pytest
 from conftest import ROOT, review_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_server_limits import GPU_POD  # the same pod as the limit tests
+from test_server_limits import GPU_POD, read_response  # as the limit tests send and read
 
 from webhook.server.app import make_app
 from webhook.server.http1 import MAX_HEAD, MAX_URL, Connection, Phase
@@ -68,17 +68,6 @@ def review_body(name: str = "train") -> tuple[bytes, str]:
     pod["metadata"]["name"] = name
     review = review_for(pod)
     return json.dumps(review).encode(), review["request"]["uid"]
-
-
-async def read_response(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
-    status_line = await asyncio.wait_for(reader.readline(), PATIENCE)
-    assert status_line, "connection closed before a response"
-    fields: dict[str, str] = {}
-    while (line := await asyncio.wait_for(reader.readline(), PATIENCE)) not in (b"\r\n", b""):
-        name, _, value = line.decode().partition(":")
-        fields[name.strip().lower()] = value.strip()
-    body = await asyncio.wait_for(reader.readexactly(int(fields["content-length"])), PATIENCE)
-    return int(status_line.split()[1]), fields, body
 
 
 async def closed(reader: asyncio.StreamReader) -> bool:
