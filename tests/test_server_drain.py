@@ -90,6 +90,7 @@ def server(certs: Path, tmp_path: Path) -> Iterator[Server]:
 @dataclass
 class Sent:
     written: float  # wall clock once the whole request was written (comparable to the log)
+    started: float  # wall clock before it was sent: the server cannot have read it earlier
     outcome: str  # the HTTP status, "refused" (never sent: no connection), or the error
     closing: bool  # the answer said Connection: close
 
@@ -99,10 +100,11 @@ def keep_sending(server: Server, ctx: ssl.SSLContext, sent: list[Sent]) -> None:
     until a new connection is refused: the listener is gone."""
     conn = http.client.HTTPSConnection("127.0.0.1", server.port, context=ctx, timeout=PATIENCE)
     while True:
+        started = time.time()
         try:
             conn.request("POST", "/validate?timeout=10s", body=BODY, headers=HEADERS)
         except OSError:  # connecting failed, nothing was sent
-            sent.append(Sent(time.time(), "refused", False))
+            sent.append(Sent(time.time(), started, "refused", False))
             conn.close()
             return
         written = time.time()
@@ -110,10 +112,14 @@ def keep_sending(server: Server, ctx: ssl.SSLContext, sent: list[Sent]) -> None:
             resp = conn.getresponse()
             resp.read()
         except (OSError, http.client.HTTPException) as exc:
-            sent.append(Sent(written, type(exc).__name__, False))
+            sent.append(Sent(written, started, type(exc).__name__, False))
             conn.close()
             continue
-        sent.append(Sent(written, str(resp.status), resp.getheader("connection") == "close"))
+        closing = resp.getheader("connection") == "close"
+        sent.append(Sent(written, started, str(resp.status), closing))
+
+
+LOG_RESOLUTION = 0.001  # the JSON log's timestamps, to the millisecond
 
 
 def logged_at(log: Path, message: str) -> float:
@@ -181,8 +187,11 @@ def test_sigterm_fails_readiness_first_then_drains_without_cutting_a_request(
     # left idle through the whole drain: the race every HTTP/1.1 server has, made rare by
     # the drain (every answer in it says Connection: close), never zero.
     assert 503 in readiness  # readiness failed while the webhook still served
-    draining = logged_at(server.log, "shutting down: /readyz fails")
-    served = [s for s in before if s.written > draining]
+    # The log's time is cut to the millisecond and comes just after the flag is set; a
+    # request started after both cannot have been read before the drain began. (`written`
+    # can come much later than the server read it: the sending thread may wait for the GIL.)
+    draining = logged_at(server.log, "shutting down: /readyz fails") + LOG_RESOLUTION
+    served = [s for s in before if s.started > draining]
     assert served, "nothing was served during the drain delay"
     assert all(s.closing for s in served)  # answers during the drain close their connection
     assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
