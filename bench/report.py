@@ -18,6 +18,8 @@ from typing import Any
 
 import orjson
 
+from webhook.engine.build import engine_build
+
 
 @dataclass
 class Result:
@@ -205,7 +207,7 @@ def machine() -> str:
                 break
     return (
         f"{model}, {os.cpu_count()} cores, Linux {platform.release()}, "
-        f"Python {platform.python_version()}"
+        f"Python {platform.python_version()}, engine {engine_build()}"
     )
 
 

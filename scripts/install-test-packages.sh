@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # The Debian packages the tests use (`make test-packages`): headless Chromium and its
 # WebDriver for the HTML report's browser tests and the README screenshot, zsh for the
-# completion test. Idempotent: a machine that has them all is left alone. Exit 0 when all are
-# there afterwards; otherwise 1, with the reason on stderr (those tests then skip on a
-# developer's machine and fail in CI).
+# completion test, gcc for the mypyc-compiled engine the suite also runs against.
+# Idempotent: a machine that has them all is left alone. Exit 0 when all are there
+# afterwards; otherwise 1, with the reason on stderr (those tests then skip on a developer's
+# machine and fail in CI).
 set -uo pipefail
 
-PACKAGES=(chromium chromium-driver zsh)
+PACKAGES=(chromium chromium-driver zsh gcc libc6-dev)
 
 have_all() {
     command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 &&
-        command -v zsh >/dev/null 2>&1
+        command -v zsh >/dev/null 2>&1 && command -v gcc >/dev/null 2>&1
 }
 
 fail() {
@@ -46,5 +47,5 @@ if ! "${SUDO[@]}" apt-get install -y -q --no-install-recommends "${PACKAGES[@]}"
     tail -n 10 "$log" >&2
     fail "apt-get install ${PACKAGES[*]} failed (see above)"
 fi
-have_all || fail "apt-get installed ${PACKAGES[*]} but chromium, chromedriver or zsh is not on PATH"
+have_all || fail "apt-get installed ${PACKAGES[*]} but chromium, chromedriver, zsh or gcc is not on PATH"
 echo "install-test-packages: $(chromium --version 2>/dev/null)" >&2

@@ -92,7 +92,13 @@ def test_dra_not_served_is_known_empty_and_does_not_hold_up_the_sync(
     live.start()
     try:
         assert live.wait_synced(10)
-        eventually(lambda: (d := dra_of(live)) is not None and d.claims is not None)
+        # Each kind is found missing on its own: wait until all three are known.
+        eventually(
+            lambda: (
+                (d := dra_of(live)) is not None
+                and None not in (d.device_classes, d.templates, d.claims)
+            )
+        )
         facts = dra_of(live)
         assert facts is not None
         assert (facts.device_classes, facts.templates, facts.claims) == ({}, {}, {})

@@ -204,7 +204,8 @@ def _sent(policy: dict[str, Any], binding: dict[str, Any], case: Case, table: An
     """Whether the apiserver would run the policy: matchConstraints and the binding's
     namespaceSelector (cluster-scoped objects are never skipped by it)."""
     group = group_of(case.obj.get("apiVersion"))
-    workload = table.get(group, case.obj.get("kind"))
+    kind = case.obj.get("kind")
+    workload = table.get(group, kind) if isinstance(kind, str) else None
     if workload is None or case.subresource:
         return False
     resource = "pods" if (group, workload.kind) == ("", "Pod") else workload.declared.resource

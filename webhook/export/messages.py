@@ -34,11 +34,10 @@ def slot(name: str) -> str:
     return f"{_MARK}{name}{_MARK}"
 
 
-class _Container(ContainerView):
-    """A container whose label is a placeholder (the engine builds it from kind and name)."""
-
-    def label(self) -> str:
-        return slot("label")
+# The made-up container's name. The engine spells a container's label from its kind and name
+# ('init container "..."'); that whole label becomes the `label` placeholder. (ContainerView is
+# not subclassed for this: the engine's classes are compiled by mypyc, which forbids it.)
+_NAME = f"{_MARK}name{_MARK}"
 
 
 def _view(
@@ -50,11 +49,11 @@ def _view(
 ) -> PodView:
     """A pod of one made-up container: its label, path and resources key are placeholders,
     and it sets nothing but the GPU amounts given."""
-    c = _Container(
+    c = ContainerView(
         raw={},
         slot=("containers", 0),
         init=init,
-        name="c",
+        name=_NAME,
         field_path=slot("path"),
         gpu_limits=dict(limits),
         gpu_requests=dict(requests),
@@ -96,7 +95,7 @@ def engine_message(
     found = list(check(view, ctx))
     if len(found) != 1:
         raise RuntimeError(f"{check.__name__} made {len(found)} findings of its template")
-    text = found[0].message()
+    text = found[0].message().replace(view.containers[0].label(), slot("label"))
     for n, (literal, expr) in enumerate((literals or {}).items()):
         text = text.replace(literal, slot(f"literal{n}"))
         values = {**values, f"literal{n}": expr}

@@ -25,6 +25,7 @@ from prometheus_client import REGISTRY
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from webhook.engine.build import engine_build
 from webhook.engine.pipeline import Stage
 from webhook.facts.live import LiveCache
 from webhook.facts.model import FactsSource
@@ -348,6 +349,7 @@ def serve(
     keeps watching, so fixing the ConfigMap is enough to recover. `probe_port` None (flag 0)
     serves the probes and /metrics on the webhook port instead.
     """
+    log.info("engine build: %s", engine_build())
     holder = RuleHolder(source=rules_dir)
     holder.refresh()
     ctx = make_ssl_context(cert, key, client_ca)

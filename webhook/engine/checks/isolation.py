@@ -44,7 +44,10 @@ __all__ = [
     "visible_devices",
 ]
 
-ISOLATION_RULES = frozenset({"visible-devices", "privileged-gpu", "host-gpu-devices"})
+# Typed: mypyc (setup.py) compiles this module in an import cycle with checks/__init__.
+ISOLATION_RULES: frozenset[str] = frozenset(
+    {"visible-devices", "privileged-gpu", "host-gpu-devices"}
+)
 HIDDEN = "void"  # the toolkit's value for "no GPU at all"
 # Device plugins, GPU operators and node agents need these ways in: say how to let them.
 SYSTEM = (
