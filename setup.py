@@ -37,8 +37,14 @@ COMPILED = [
     "webhook/engine/checks/schedulable.py",
     "webhook/engine/checks/shm.py",
     "webhook/engine/checks/trust.py",
+    "webhook/engine/claims.py",
     "webhook/engine/decision.py",
     "webhook/engine/findings.py",
+    # The cluster facts the cluster-aware rules read, and the GPU holds.
+    "webhook/facts/model.py",
+    "webhook/facts/nodematch.py",
+    "webhook/facts/dra.py",
+    "webhook/facts/reservations.py",
 ]
 
 MYPY = "mypy>=1.10,<3"

@@ -9,6 +9,7 @@ mutations on a working copy diffed into a patch, then the validations.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from enum import Enum
 from typing import Any
 
@@ -43,18 +44,23 @@ def evaluate(
     stage: Stage = Stage.ADMIT,
 ) -> Decision:
     """The decision about `subject`; an object with impossible field types is refused."""
-    if subject.namespace_labels is None and facts is not None:
-        subject = dataclasses.replace(subject, namespace_labels=facts.namespace_labels)
+    labels = subject.namespace_labels
+    if labels is None and facts is not None:
+        labels = facts.namespace_labels
     try:
-        return _evaluate(subject, rules, facts, stage)
+        return _evaluate(subject, rules, facts, stage, labels)
     except UnreadableObject as exc:
         return unreadable(subject.kind, exc.path, exc.problem)
 
 
 def _evaluate(
-    subject: Subject, rules: CompiledRuleSet, facts: Facts | None, stage: Stage
+    subject: Subject,
+    rules: CompiledRuleSet,
+    facts: Facts | None,
+    stage: Stage,
+    labels: Mapping[str, str] | None,
 ) -> Decision:
-    compiled, views = _scope(subject, rules)
+    compiled, views = _scope(subject, rules, labels)
     views = claims.resolve(views, compiled, facts)  # DRA claims that reach GPU classes
     ctx = Context(compiled, subject.namespace, subject.kind, subject.operation, facts)
     patch: list[dict[str, Any]] = []
@@ -70,7 +76,7 @@ def _evaluate(
         # A JSON-only clone is several times cheaper than the deepcopy apply_patch would make.
         obj = jsonpatch.JsonPatch(patch).apply(clone(obj), in_place=True)
         subject = dataclasses.replace(subject, obj=obj)
-        _, views = _scope(subject, rules)  # the same namespace: the same compiled rules
+        _, views = _scope(subject, rules, labels)  # the same namespace: the same rules
         views = claims.resolve(views, compiled, facts)
     findings = _validate(views, ctx, facts is not None)
     return combine(
@@ -116,16 +122,19 @@ def _new_ephemeral(subject: Subject, views: list[PodView]) -> list[PodView]:
     return out
 
 
-def _scope(subject: Subject, rules: CompiledRuleSet) -> tuple[CompiledRules, list[PodView]]:
-    """The rules in force for the subject's namespace, and the pod specs they apply to.
+def _scope(
+    subject: Subject, rules: CompiledRuleSet, labels: Mapping[str, str] | None
+) -> tuple[CompiledRules, list[PodView]]:
+    """The rules in force for the subject's namespace (whose labels are `labels`), and the pod
+    specs they apply to.
 
     Pods: CREATE only (a pod's spec is immutable, and a patch on UPDATE would break an innocent
     label change). Controllers: CREATE, and UPDATE only for templates that changed, so an old
     non-compliant Deployment can still be scaled or relabelled.
     """
-    if rules.exempt_namespace(subject.namespace, subject.namespace_labels):
+    if rules.exempt_namespace(subject.namespace, labels):
         return rules.base, []
-    compiled = rules.for_namespace(subject.namespace, subject.namespace_labels)
+    compiled = rules.for_namespace(subject.namespace, labels)
     if subject.operation not in ("CREATE", "UPDATE"):
         return compiled, []
     ephemeral = subject.subresource == "ephemeralcontainers"
