@@ -49,4 +49,5 @@ def effective_request(
     for name, amount in peak.items():
         if name not in total or amount > total[name]:
             total[name] = amount
-    return {n: v for n, v in total.items() if v > 0}
+    # The numerator's sign, not `v > 0`: Fraction compares in pure Python (quantity.positive).
+    return {n: v for n, v in total.items() if v.numerator > 0}

@@ -131,6 +131,12 @@ def _parse_text(text: str) -> Fraction:
     return -amount if negative else amount
 
 
+def positive(amount: Fraction | int) -> bool:
+    """`amount > 0`, without Fraction's pure-Python comparison (an ABC check per call): a
+    Fraction's sign is its numerator's. Asked several times per GPU pod."""
+    return amount.numerator > 0
+
+
 def show(value: Fraction | int) -> str:
     """A count for a message: 2, or 0.5 when it is not whole."""
     return str(value.numerator) if value.denominator == 1 else str(float(value))

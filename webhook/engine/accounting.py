@@ -15,6 +15,7 @@ from webhook.engine.podviews import PodView
 from webhook.facts.model import GPU_PRODUCT_LABEL, Facts
 from webhook.facts.nodematch import reachable_products
 from webhook.podrequest import effective_request
+from webhook.quantity import positive
 
 __all__ = ["hold_reach", "pod_gpus", "pod_product", "pod_products", "required_terms"]
 
@@ -28,7 +29,7 @@ def pod_gpus(pod: PodView) -> dict[str, Fraction]:
         if c.ephemeral:
             continue  # ephemeral containers have no resources
         asks = {**c.gpu_requests, **c.gpu_limits}  # limits win: they are what is allocated
-        asks = {n: v for n, v in asks.items() if v > 0}
+        asks = {n: v for n, v in asks.items() if positive(v)}
         if c.init:
             init.append((asks, c.sidecar))
         else:

@@ -31,7 +31,7 @@ from webhook.engine.fields import (
 )
 from webhook.engine.workloads import DEFAULT_TABLE, Workload, WorkloadTable
 from webhook.podrequest import is_sidecar
-from webhook.quantity import QuantityError, parse_quantity
+from webhook.quantity import QuantityError, parse_quantity, positive
 
 __all__ = [
     "BUILTIN_GROUPS",
@@ -168,7 +168,7 @@ _NONE: tuple[dict[str, Fraction], dict[str, Any]] = ({}, {})
 
 def _asks(limits: dict[str, Fraction], requests: dict[str, Fraction]) -> bool:
     """Zero is not an ask: `nvidia.com/gpu: 0` is a common way to say "no GPU"."""
-    return any(v > 0 for v in limits.values()) or any(v > 0 for v in requests.values())
+    return any(positive(v) for v in limits.values()) or any(positive(v) for v in requests.values())
 
 
 def _gpu_quantities(

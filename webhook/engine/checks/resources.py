@@ -8,7 +8,7 @@ from typing import Any
 from webhook.engine.context import Context
 from webhook.engine.findings import Finding
 from webhook.engine.podviews import ContainerView, PodView
-from webhook.quantity import show
+from webhook.quantity import positive, show
 
 __all__ = [
     "copy_requests_to_limits",
@@ -104,7 +104,7 @@ def whole_quantities(pod: PodView, ctx: Context) -> Iterator[Finding]:
 def mig_not_mixed(pod: PodView, ctx: Context) -> Iterator[Finding]:
     """A container gets MIG slices or whole GPUs, never both: the device plugin can't mix them."""
     for c in pod.containers:
-        asks = {n for n, v in {**c.gpu_requests, **c.gpu_limits}.items() if v > 0}
+        asks = {n for n, v in {**c.gpu_requests, **c.gpu_limits}.items() if positive(v)}
         migs = sorted(n for n in asks if n.startswith(MIG_PREFIX))
         if FULL_GPU in asks and migs:
             yield Finding(

@@ -21,7 +21,7 @@ from webhook.engine.findings import Finding
 from webhook.engine.podviews import PodView
 from webhook.facts.model import Node
 from webhook.facts.nodematch import expr_matches
-from webhook.quantity import show
+from webhook.quantity import positive, show
 
 __all__ = ["gpu_schedulable"]
 
@@ -112,8 +112,8 @@ def gpu_schedulable(pod: PodView, ctx: Context) -> Iterator[Finding]:
     for name in ask:
         if name in by_dra:
             continue
-        if not any(n.gpus.get(name, 0) > 0 for n in nodes):
-            offered = sorted({r for n in nodes for r, v in n.gpus.items() if v > 0})
+        if not any(positive(n.gpus.get(name, 0)) for n in nodes):
+            offered = sorted({r for n in nodes for r, v in n.gpus.items() if positive(v)})
             yield Finding(
                 rule=RULE,
                 summary=f"{RULE}: no {_NODE[known]} offers {name}" + _HINT[known],
