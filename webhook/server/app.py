@@ -361,10 +361,6 @@ def serve(
     )
     if release_memory:
         map_large_buffers()
-    # What is loaded by now (modules, the rule set, a snapshot) lives as long as the process:
-    # out of the cyclic GC's sight, a full collection walks only what reviews leave behind.
-    gc.collect()
-    gc.freeze()
     state = ServerState(limits, release_memory=release_memory)
     totals = StageTotals() if profile_stages else None
     if totals is not None:
