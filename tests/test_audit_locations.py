@@ -7,8 +7,6 @@ container a warning is about, or the nearest parent when the field is missing.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -19,6 +17,7 @@ import yaml
 from conftest import ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_audit import run_audit  # the audit as a user runs it
 
 from webhook.audit.locations import locate, parse_path
 from webhook.audit.manifests import Document, InputError, read_sources
@@ -49,17 +48,6 @@ spec:
             limits:
               nvidia.com/gpu: "0.5"
 """
-
-
-def run_audit(*args: str, stdin: str | None = None, cwd: Path = ROOT) -> Any:
-    return subprocess.run(
-        [sys.executable, "-m", "webhook", "audit", "--rules", str(ROOT / "rules"), *args],
-        capture_output=True,
-        text=True,
-        input=stdin,
-        cwd=cwd,
-        timeout=120,
-    )
 
 
 def _line_of(text: str, needle: str, after: int = 0) -> tuple[int, int]:

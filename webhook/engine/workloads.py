@@ -76,6 +76,17 @@ class WorkloadTable:
         """Whether objects of this group and kind contain pod specs the table locates."""
         return (group, kind) in self._by_key
 
+    def api_resources(self) -> dict[tuple[str, tuple[str, ...], str], list[str]]:
+        """(group, versions, scope) -> the resources of every kind but Pod, in table order:
+        the rules an admission configuration or policy matches them by."""
+        groups: dict[tuple[str, tuple[str, ...], str], list[str]] = {}
+        for w in self.kinds:
+            if (w.group, w.kind) == ("", "Pod"):
+                continue
+            d = w.declared
+            groups.setdefault((d.group, tuple(d.versions), d.scope), []).append(d.resource)
+        return groups
+
 
 def workload_table(declared: Iterable[WorkloadKind] = ()) -> WorkloadTable:
     """The shipped kinds, each replaced by a declaration of the same group and kind, then the

@@ -69,13 +69,7 @@ def match_constraints(table: WorkloadTable) -> dict[str, Any]:
             "scope": "Namespaced",
         }
     ]
-    groups: dict[tuple[str, tuple[str, ...], str], list[str]] = {}
-    for w in table.kinds:
-        if (w.group, w.kind) == ("", "Pod"):
-            continue
-        d = w.declared
-        groups.setdefault((d.group, tuple(d.versions), d.scope), []).append(d.resource)
-    for (group, versions, scope), resources in groups.items():
+    for (group, versions, scope), resources in table.api_resources().items():
         rules.append(
             {
                 "apiGroups": [group],

@@ -258,12 +258,7 @@ def _skipped_namespaces(source: RuleSet) -> list[str]:
 
 
 def _rules_yaml(table: WorkloadTable) -> str:
-    groups: dict[tuple[str, tuple[str, ...], str], list[str]] = {}
-    for w in table.kinds:
-        if (w.group, w.kind) == ("", "Pod"):
-            continue
-        d = w.declared
-        groups.setdefault((d.group, tuple(d.versions), d.scope), []).append(d.resource)
+    groups = table.api_resources()
     out = [
         "      - operations: [CREATE]",
         '        apiGroups: [""]',
