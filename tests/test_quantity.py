@@ -124,6 +124,8 @@ def test_anything_parses_to_a_bounded_value_or_is_refused(value: object) -> None
         return
     assert abs(result) <= _CEILING
     assert _NANO % result.denominator == 0
+    # Whole amounts come back as ints, which add and compare in C; only the rest as Fractions.
+    assert type(result) is (int if result.denominator == 1 else Fraction)
 
 
 _SUFFIX_VALUES = {
@@ -148,6 +150,7 @@ _SUFFIX_VALUES = {
 def test_canonical_whole_quantities_round_trip(count: int, suffix: str) -> None:
     count //= _SUFFIX_VALUES[suffix]
     assert parse_quantity(f"{count}{suffix}") == count * _SUFFIX_VALUES[suffix]
+    assert type(parse_quantity(f"{count}{suffix}")) is int
     assert parse_quantity(f"-{count}{suffix}") == -count * _SUFFIX_VALUES[suffix]
 
 

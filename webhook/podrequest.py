@@ -10,7 +10,8 @@ function.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from fractions import Fraction
+
+from webhook.quantity import Amount
 
 __all__ = ["effective_request", "is_sidecar"]
 
@@ -21,15 +22,15 @@ def is_sidecar(container: Mapping[str, object]) -> bool:
 
 
 def effective_request(
-    regular: Iterable[Mapping[str, Fraction]],
-    init: Iterable[tuple[Mapping[str, Fraction], bool]],
-) -> dict[str, Fraction]:
+    regular: Iterable[Mapping[str, Amount]],
+    init: Iterable[tuple[Mapping[str, Amount], bool]],
+) -> dict[str, Amount]:
     """max(sum(regular) + sum(sidecars), the peak while init containers run), per resource.
 
     `init` is every init container in order, with whether it is a sidecar.
     """
-    running: dict[str, Fraction] = {}  # sidecars started so far
-    peak: dict[str, Fraction] = {}
+    running: dict[str, Amount] = {}  # sidecars started so far
+    peak: dict[str, Amount] = {}
     for asks, sidecar in init:
         if sidecar:
             for name, amount in asks.items():
@@ -49,5 +50,5 @@ def effective_request(
     for name, amount in peak.items():
         if name not in total or amount > total[name]:
             total[name] = amount
-    # The numerator's sign, not `v > 0`: Fraction compares in pure Python (quantity.positive).
+    # The numerator's sign, not `v > 0`: a Fraction compares in pure Python (quantity.positive).
     return {n: v for n, v in total.items() if v.numerator > 0}

@@ -1,4 +1,5 @@
-"""Kubernetes resource quantities ("500m", "16Gi", "1e3") as exact fractions.
+"""Kubernetes resource quantities ("500m", "16Gi", "1e3") as exact numbers: ints when whole,
+Fractions otherwise.
 
 Hand-written rather than taken from the `kubernetes` client: importing that package costs
 half a second and drags the API client into the pure engine, and the grammar is small.
@@ -15,7 +16,15 @@ import re
 from fractions import Fraction
 from functools import lru_cache
 
-__all__ = ["MAX_QUANTITY", "MAX_TEXT", "QuantityError", "format_bytes", "parse_quantity", "show"]
+__all__ = [
+    "MAX_QUANTITY",
+    "MAX_TEXT",
+    "Amount",
+    "QuantityError",
+    "format_bytes",
+    "parse_quantity",
+    "show",
+]
 
 # resource.Quantity's ceiling: max int64 in the base unit after scaling.
 MAX_QUANTITY = 2**63 - 1
@@ -54,6 +63,11 @@ _QUANTITY = re.compile(
 )
 
 
+# A parsed quantity. Whole amounts (nearly all: "1", "16Gi") are ints, the rest exact
+# Fractions: an int adds and compares in C, a Fraction in pure Python, several times a request.
+Amount = int | Fraction
+
+
 class QuantityError(ValueError):
     """The value is not a Kubernetes quantity, or one Kubernetes would not keep."""
 
@@ -71,14 +85,14 @@ def _short(value: object) -> str:
     return repr(value)
 
 
-def parse_quantity(value: object) -> Fraction:
+def parse_quantity(value: object) -> Amount:
     """Parse a quantity as the apiserver does; ints and floats from YAML are accepted too."""
     if isinstance(value, bool):
         raise QuantityError(f"{_short(value)} is not a quantity")
     if isinstance(value, int):
         if abs(value) > MAX_QUANTITY:
             raise QuantityError(f"{_short(value)} is larger than Kubernetes allows (2^63-1)")
-        return Fraction(value)
+        return value
     if isinstance(value, float):
         return parse_quantity(repr(value))  # "inf" and "nan" fail the grammar
     if not isinstance(value, str):
@@ -93,7 +107,7 @@ def parse_quantity(value: object) -> Fraction:
 
 
 @lru_cache(maxsize=4096)
-def _parse_text(text: str) -> Fraction:
+def _parse_text(text: str) -> Amount:
     """Cached: the same few strings ("1", "64Gi") arrive on every request. Keys are at most
     MAX_TEXT long, so the cache is bounded in memory too."""
     match = _QUANTITY.fullmatch(text)
@@ -102,7 +116,7 @@ def _parse_text(text: str) -> Fraction:
     whole, frac = match["int"], match["frac"] or ""
     digits = (whole + frac).lstrip("0")
     if not digits:
-        return Fraction(0)
+        return 0
     negative = match["sign"] == "-"
     mantissa = int(digits)  # at most MAX_TEXT digits: far below int()'s 4,300-digit limit
     exponent = -len(frac)  # value = mantissa * 10**exponent * multiplier / divisor
@@ -128,21 +142,23 @@ def _parse_text(text: str) -> Fraction:
     if (amount * _NANO).denominator != 1:
         # Finer than 1n: rounded up (away from zero), as resource.Quantity does.
         amount = Fraction(-(-amount.numerator * _NANO // amount.denominator), _NANO)
-    return -amount if negative else amount
+    if negative:
+        amount = -amount
+    return amount.numerator if amount.denominator == 1 else amount
 
 
-def positive(amount: Fraction | int) -> bool:
+def positive(amount: Amount) -> bool:
     """`amount > 0`, without Fraction's pure-Python comparison (an ABC check per call): a
     Fraction's sign is its numerator's. Asked several times per GPU pod."""
     return amount.numerator > 0
 
 
-def show(value: Fraction | int) -> str:
+def show(value: Amount) -> str:
     """A count for a message: 2, or 0.5 when it is not whole."""
     return str(value.numerator) if value.denominator == 1 else str(float(value))
 
 
-def format_bytes(value: Fraction | int) -> str:
+def format_bytes(value: Amount) -> str:
     """Render a byte count in the largest binary unit that divides it exactly."""
     count = int(value)
     for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):

@@ -8,7 +8,6 @@ import sys
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any, TextIO
 
 from webhook.audit.manifests import Document
@@ -20,6 +19,7 @@ from webhook.engine.workloads import DEFAULT_TABLE, WorkloadTable
 from webhook.facts.live import LiveCache
 from webhook.facts.model import FactsSource
 from webhook.facts.watched import pages
+from webhook.quantity import Amount
 
 __all__ = [
     "MAX_RESULTS",
@@ -144,9 +144,9 @@ class NamespaceSummary:
     """GPUs requested by running GPU pods, against the namespace's quota; the namespace's
     objects counted as every audit output counts them (`run.Summary`)."""
 
-    gpus: dict[str, Fraction] = field(default_factory=dict)
-    by_product: dict[str, Fraction] = field(default_factory=dict)
-    quota: dict[str, Fraction] = field(default_factory=dict)
+    gpus: dict[str, Amount] = field(default_factory=dict)
+    by_product: dict[str, Amount] = field(default_factory=dict)
+    quota: dict[str, Amount] = field(default_factory=dict)
     counts: Summary = field(default_factory=Summary)
 
 
@@ -171,7 +171,7 @@ def summarize(
 
 
 def print_summary(summary: dict[str, NamespaceSummary], out: TextIO = sys.stdout) -> None:
-    def show(values: dict[str, Fraction]) -> str:
+    def show(values: dict[str, Amount]) -> str:
         return (
             ", ".join(
                 f"{k}={int(v) if v.denominator == 1 else float(v)}"

@@ -17,7 +17,6 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from fractions import Fraction
 from importlib import resources
 from typing import Any, TextIO
 
@@ -31,6 +30,7 @@ from webhook.engine.compiled import CompiledRuleSet
 from webhook.engine.fields import UnreadableObject
 from webhook.engine.podviews import group_of, pod_views
 from webhook.facts.model import FactsSource
+from webhook.quantity import Amount
 
 __all__ = [
     "GpuBar",
@@ -53,12 +53,12 @@ class GpuBar:
 
     namespace: str
     resource: str
-    in_use: Fraction  # held by the namespace's running pods (cluster facts); 0 without them
-    requested: Fraction  # asked by the audited objects, all their replicas at once
-    quota: Fraction | None  # the tightest ResourceQuota on it; None: no quota, or not known
+    in_use: Amount  # held by the namespace's running pods (cluster facts); 0 without them
+    requested: Amount  # asked by the audited objects, all their replicas at once
+    quota: Amount | None  # the tightest ResourceQuota on it; None: no quota, or not known
 
 
-def object_gpus(r: AuditResult, rules: CompiledRuleSet) -> dict[str, Fraction]:
+def object_gpus(r: AuditResult, rules: CompiledRuleSet) -> dict[str, Amount]:
     """GPUs the object's pods hold all at once (each template's pod times its replicas), the
     way ResourceQuota charges them; {} for an object the engine could not read."""
     if r.decision.unreadable is not None:
@@ -74,17 +74,17 @@ def object_gpus(r: AuditResult, rules: CompiledRuleSet) -> dict[str, Fraction]:
         )
     except UnreadableObject:
         return {}
-    total: dict[str, Fraction] = defaultdict(Fraction)
+    total: dict[str, Amount] = defaultdict(int)
     for pod in pods:
         for name, amount in pod_gpus(pod).items():
             total[name] += amount * pod.replicas
     return dict(total)
 
 
-def _quota_by_resource(quota: Mapping[str, Fraction]) -> dict[str, Fraction]:
+def _quota_by_resource(quota: Mapping[str, Amount]) -> dict[str, Amount]:
     """`requests.<resource>` and `limits.<resource>` keys, the lower cap for each resource:
     the one a new pod hits first."""
-    out: dict[str, Fraction] = {}
+    out: dict[str, Amount] = {}
     for key, hard in quota.items():
         resource = key.partition(".")[2]
         if resource:
@@ -106,19 +106,19 @@ def gpu_bars(
     right for manifests about to be applied, wrong for a live audit, whose objects are the
     very pods counted in use.
     """
-    requested: dict[tuple[str, str], Fraction] = defaultdict(Fraction)
+    requested: dict[tuple[str, str], Amount] = defaultdict(int)
     if add_requests:
         for r in results:
             for resource, amount in object_gpus(r, rules).items():
                 requested[r.namespace, resource] += amount
-    used: dict[tuple[str, str], Fraction] = {}
-    quota: dict[tuple[str, str], Fraction] = {}
+    used: dict[tuple[str, str], Amount] = {}
+    quota: dict[tuple[str, str], Amount] = {}
     for ns, s in (in_use or {}).items():
         used.update({(ns, k): v for k, v in s.gpus.items()})
         quota.update({(ns, k): v for k, v in _quota_by_resource(s.quota).items()})
     keys = sorted(set(requested) | set(used) | set(quota))
     bars = [
-        GpuBar(ns, res, used.get((ns, res), Fraction(0)), requested[ns, res], quota.get((ns, res)))
+        GpuBar(ns, res, used.get((ns, res), 0), requested[ns, res], quota.get((ns, res)))
         for ns, res in keys
     ]
     return [b for b in bars if b.in_use or b.requested or b.quota is not None]
@@ -157,7 +157,7 @@ def rule_counts(
     return sorted(counts.values(), key=_rank)
 
 
-def _number(value: Fraction) -> float | int:
+def _number(value: Amount) -> float | int:
     return int(value) if value.denominator == 1 else float(value)
 
 

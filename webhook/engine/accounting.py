@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
-from fractions import Fraction
 from typing import Any
 
 from webhook.engine.context import Context
@@ -15,12 +14,12 @@ from webhook.engine.podviews import PodView
 from webhook.facts.model import GPU_PRODUCT_LABEL, Facts
 from webhook.facts.nodematch import reachable_products
 from webhook.podrequest import effective_request
-from webhook.quantity import positive
+from webhook.quantity import Amount, positive
 
 __all__ = ["hold_reach", "pod_gpus", "pod_product", "pod_products", "required_terms"]
 
 
-def pod_gpus(pod: PodView) -> dict[str, Fraction]:
+def pod_gpus(pod: PodView) -> dict[str, Amount]:
     """GPUs the pod holds while it runs, by Kubernetes' formula (`podrequest`): regular and
     sidecar containers add up, ordinary init containers run one at a time."""
     regular = []

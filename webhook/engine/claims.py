@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from webhook.engine.context import Context
@@ -32,6 +31,7 @@ from webhook.facts.dra import (
     device_key,
 )
 from webhook.facts.model import Facts
+from webhook.quantity import Amount
 
 if TYPE_CHECKING:
     from webhook.engine.compiled import CompiledRules
@@ -205,12 +205,12 @@ def new_devices(pod: PodView, ctx: Context) -> list[NewDevices]:
     return out
 
 
-def device_totals(asks: list[NewDevices], all_as: int) -> dict[str, Fraction]:
+def device_totals(asks: list[NewDevices], all_as: int) -> dict[str, Amount]:
     """The asks summed by `device_key`, an `All` request counted as `all_as` devices."""
-    out: dict[str, Fraction] = {}
+    out: dict[str, Amount] = {}
     for ask in asks:
         key = device_key(ask.device_class)
-        out[key] = out.get(key, Fraction(0)) + ask.devices(all_as)
+        out[key] = out.get(key, 0) + ask.devices(all_as)
     return out
 
 

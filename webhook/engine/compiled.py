@@ -13,13 +13,13 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Mapping
-from fractions import Fraction
 
 from webhook.engine.checks import MUTATIONS, VALIDATIONS, Mutation, Validation
 from webhook.engine.decision import Mode
 from webhook.engine.prefilter import gated, markers, might_apply
 from webhook.engine.workloads import workload_table
 from webhook.facts.model import Node
+from webhook.quantity import Amount
 from webhook.ruleset.models import QuotaBudget, RuleSet, RuleSettings, TolerationSpec
 from webhook.ruleset.resolve import applicable, matchers, merge
 from webhook.selectors import NamePatterns
@@ -77,7 +77,7 @@ class CompiledRules:
             for spec in self.settings.gpu_tolerations.tolerations
         )
         self.taint_keys = frozenset(spec.key for spec in self.settings.gpu_tolerations.tolerations)
-        self.shm_sizes: tuple[Fraction, int, int, int] = self.settings.gpu_shm.sizes()
+        self.shm_sizes: tuple[Amount, int, int, int] = self.settings.gpu_shm.sizes()
         self.budgets: tuple[tuple[QuotaBudget, NamePatterns | None], ...] = tuple(
             (b, NamePatterns(b.namespaces) if b.namespaces else None)
             for b in self.settings.gpu_quota.budgets
@@ -89,7 +89,7 @@ class CompiledRules:
             Node(
                 f"provisionable {shape.name}",
                 dict(shape.labels),
-                {k: Fraction(v) for k, v in shape.gpus.items()},
+                dict(shape.gpus),
             )
             for shape in sched.provisionable
         )

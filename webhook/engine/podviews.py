@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any
 
 from webhook.engine.fields import (
@@ -31,7 +30,7 @@ from webhook.engine.fields import (
 )
 from webhook.engine.workloads import DEFAULT_TABLE, Workload, WorkloadTable
 from webhook.podrequest import is_sidecar
-from webhook.quantity import QuantityError, parse_quantity, positive
+from webhook.quantity import Amount, QuantityError, parse_quantity, positive
 
 __all__ = [
     "BUILTIN_GROUPS",
@@ -71,8 +70,8 @@ class ContainerView:
     init: bool  # in initContainers, sidecars included
     name: str
     field_path: str  # for messages, e.g. spec.template.spec.containers[0]
-    gpu_limits: dict[str, Fraction]
-    gpu_requests: dict[str, Fraction]
+    gpu_limits: dict[str, Amount]
+    gpu_requests: dict[str, Amount]
     raw_gpu_limits: dict[str, Any]
     raw_gpu_requests: dict[str, Any]
     # Zero is not an ask: `nvidia.com/gpu: 0` is a common way to say "no GPU".
@@ -163,10 +162,10 @@ class PodView:
         return (c for c in self.containers if c.runs_alongside and not c.ephemeral)
 
 
-_NONE: tuple[dict[str, Fraction], dict[str, Any]] = ({}, {})
+_NONE: tuple[dict[str, Amount], dict[str, Any]] = ({}, {})
 
 
-def _asks(limits: dict[str, Fraction], requests: dict[str, Fraction]) -> bool:
+def _asks(limits: dict[str, Amount], requests: dict[str, Amount]) -> bool:
     """Zero is not an ask: `nvidia.com/gpu: 0` is a common way to say "no GPU"."""
     return any(positive(v) for v in limits.values()) or any(positive(v) for v in requests.values())
 
@@ -177,10 +176,10 @@ def _gpu_quantities(
     section: str,
     is_gpu: Callable[[str], bool],
     key: str = "resources",
-) -> tuple[dict[str, Fraction], dict[str, Any]]:
+) -> tuple[dict[str, Amount], dict[str, Any]]:
     """The GPU amounts of a container's limits or requests, parsed; shared empty maps (never
     edited) when it asks none."""
-    parsed: dict[str, Fraction] = {}
+    parsed: dict[str, Amount] = {}
     raw: dict[str, Any] = {}
     for name, value in amounts.items():
         if not is_gpu(name):

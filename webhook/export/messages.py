@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
-from fractions import Fraction
 from typing import Any
 
 from webhook.engine.compiled import CompiledRules
@@ -19,14 +18,15 @@ from webhook.engine.context import Context
 from webhook.engine.findings import Finding
 from webhook.engine.podviews import ContainerView, PodView
 from webhook.export.cel import q
+from webhook.quantity import Amount
 
 __all__ = ["LIMITED", "REQUESTED", "engine_message", "slot"]
 
 _MARK = "\x00"
 _SLOT = re.compile(r"\x00(\w+)\x00")
 # Counts whose shown form ("987654321") stands for a value the CEL shows.
-REQUESTED = Fraction(987654321)
-LIMITED = Fraction(123456781)
+REQUESTED = 987654321
+LIMITED = 123456781
 
 
 def slot(name: str) -> str:
@@ -41,8 +41,8 @@ _NAME = f"{_MARK}name{_MARK}"
 
 
 def _view(
-    limits: Mapping[str, Fraction],
-    requests: Mapping[str, Fraction],
+    limits: Mapping[str, Amount],
+    requests: Mapping[str, Amount],
     raw: Mapping[str, Any] | None = None,
     *,
     init: bool = False,
@@ -78,8 +78,8 @@ def engine_message(
     rules: CompiledRules,
     values: Mapping[str, str],
     *,
-    limits: Mapping[str, Fraction] | None = None,
-    requests: Mapping[str, Fraction] | None = None,
+    limits: Mapping[str, Amount] | None = None,
+    requests: Mapping[str, Amount] | None = None,
     raw: Mapping[str, Any] | None = None,
     init: bool = False,
     literals: Mapping[str, str] | None = None,

@@ -99,7 +99,7 @@ def _mig_mixed(rules: CompiledRules) -> str:
         resources.mig_not_mixed,
         rules,
         _WHERE,
-        limits={full: Fraction(1), marker: Fraction(1)},
+        limits={full: 1, marker: 1},
         literals={marker: "migs.join(', ')"},
     )
     # The value the engine reads for a name: limits win over requests.
@@ -112,9 +112,7 @@ def _mig_mixed(rules: CompiledRules) -> str:
 
 
 def _memory_limit(rules: CompiledRules) -> str:
-    text = engine_message(
-        resources.memory_limit, rules, _WHERE, limits={"nvidia.com/gpu": Fraction(1)}
-    )
+    text = engine_message(resources.memory_limit, rules, _WHERE, limits={"nvidia.com/gpu": 1})
     cond = "r.role in ['main', 'sidecar'] && r.asks && !('memory' in r.lim)"
     return f"({cond} ? [{text}] : [])"
 
@@ -124,16 +122,14 @@ def _init_container(rules: CompiledRules) -> str:
         resources.init_container_gpu,
         rules,
         _WHERE,
-        limits={"nvidia.com/gpu": Fraction(1)},
+        limits={"nvidia.com/gpu": 1},
         init=True,
     )
     return f"(r.role == 'init' && r.asks ? [{text}] : [])"
 
 
 def _readiness_probe(rules: CompiledRules) -> str:
-    text = engine_message(
-        probes.readiness_probe, rules, _WHERE, limits={"nvidia.com/gpu": Fraction(1)}
-    )
+    text = engine_message(probes.readiness_probe, rules, _WHERE, limits={"nvidia.com/gpu": 1})
     # `p` is the pod the container record belongs to (see `validating._findings`).
     serving = (
         f"request.kind.kind in {qlist(sorted(probes.SERVING_KINDS))}"

@@ -22,9 +22,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
+
+from webhook.quantity import Amount
 
 __all__ = [
     "KINDS",
@@ -98,7 +99,7 @@ class DraFacts:
     claims: Mapping[str, ClaimSpec] | None
     # Devices the namespace's ResourceClaims take, by `device_key` (`devices_of`, All as 1):
     # what a webhook budget naming such a key has in use. Empty while claims are unknown.
-    claim_devices: Mapping[str, Fraction]
+    claim_devices: Mapping[str, Amount]
 
 
 # ---- readers ----------------------------------------------------------------------------
@@ -243,7 +244,7 @@ class DraCache:
             "resourceclaimtemplates": None,
             "resourceclaims": None,
         }
-        self._devices: dict[str, dict[str, Fraction]] = {}  # namespace -> key -> devices
+        self._devices: dict[str, dict[str, Amount]] = {}  # namespace -> key -> devices
 
     def facts_for(self, namespace: str) -> DraFacts | None:
         templates = self._specs["resourceclaimtemplates"]
@@ -307,9 +308,9 @@ class DraCache:
             self._devices = {}
 
 
-def _total(specs: Iterable[ClaimSpec]) -> dict[str, Fraction]:
-    out: dict[str, Fraction] = {}
+def _total(specs: Iterable[ClaimSpec]) -> dict[str, Amount]:
+    out: dict[str, Amount] = {}
     for spec in specs:
         for key, n in devices_of(spec, all_as=1).items():
-            out[key] = out.get(key, Fraction(0)) + n
+            out[key] = out.get(key, 0) + n
     return out

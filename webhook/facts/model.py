@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Protocol
 
 from webhook.facts.dra import DraFacts
+from webhook.quantity import Amount
 
 __all__ = [
     "GPU_PRODUCT_LABEL",
@@ -43,7 +43,7 @@ TERMINATED = frozenset({"Succeeded", "Failed"})
 class Node:
     name: str
     labels: Mapping[str, str]
-    gpus: Mapping[str, Fraction]  # allocatable GPU resources only
+    gpus: Mapping[str, Amount]  # allocatable GPU resources only
     unschedulable: bool = False
     # (key, value, effect) of each NoSchedule/NoExecute taint; PreferNoSchedule keeps no pod off.
     taints: tuple[tuple[str, str, str], ...] = ()
@@ -55,8 +55,8 @@ class Quota:
 
     namespace: str
     name: str
-    hard: Mapping[str, Fraction]
-    used: Mapping[str, Fraction]
+    hard: Mapping[str, Amount]
+    used: Mapping[str, Amount]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +74,7 @@ class PodGpus:
     namespace: str
     name: str
     phase: str
-    gpus: Mapping[str, Fraction]
+    gpus: Mapping[str, Amount]
     node: str = ""
     product: str = ""  # the node's GPU product once scheduled, else the pod's selector
     priority_class: str = ""
@@ -102,10 +102,8 @@ class Usage:
     again (`plus` makes the next one), so a request holding it reads a consistent total.
     """
 
-    by_resource: dict[str, Fraction] = field(default_factory=lambda: defaultdict(Fraction))
-    by_product: dict[tuple[str, str], Fraction] = field(
-        default_factory=lambda: defaultdict(Fraction)
-    )
+    by_resource: dict[str, Amount] = field(default_factory=lambda: defaultdict(int))
+    by_product: dict[tuple[str, str], Amount] = field(default_factory=lambda: defaultdict(int))
 
     def add(self, pod: PodGpus, sign: int = 1) -> None:
         products = pod.products
@@ -164,7 +162,7 @@ class NodeIndex:
         return found
 
     def _group(self, prefixes: tuple[str, ...]) -> tuple[Node, ...]:
-        grouped: dict[tuple[tuple[str, str], ...], dict[str, Fraction]] = {}
+        grouped: dict[tuple[tuple[str, str], ...], dict[str, Amount]] = {}
         for n in self.nodes:
             if n.unschedulable:
                 continue
@@ -173,7 +171,7 @@ class NodeIndex:
             )
             most = grouped.setdefault(labels, {})
             for name, amount in n.gpus.items():
-                most[name] = max(most.get(name, Fraction(0)), amount)
+                most[name] = max(most.get(name, 0), amount)
         return tuple(Node("pool", dict(labels), gpus) for labels, gpus in grouped.items())
 
 

@@ -8,7 +8,6 @@ apart from the list+watch machinery so they stay free of I/O and are tested on t
 from __future__ import annotations
 
 from collections.abc import Callable
-from fractions import Fraction
 from typing import Any
 
 from webhook.facts.model import (
@@ -20,14 +19,14 @@ from webhook.facts.model import (
     visible_devices_keys,
 )
 from webhook.podrequest import effective_request, is_sidecar
-from webhook.quantity import QuantityError, parse_quantity
+from webhook.quantity import Amount, QuantityError, parse_quantity
 
 __all__ = ["config_map_keys", "node", "pod_summary", "priority_class", "quota"]
 
 
-def _extended(amounts: Any) -> dict[str, Fraction]:
+def _extended(amounts: Any) -> dict[str, Amount]:
     """Extended resources only (nvidia.com/gpu, rdma/...): cpu and memory are not ours."""
-    out: dict[str, Fraction] = {}
+    out: dict[str, Amount] = {}
     if not isinstance(amounts, dict):
         return out
     for name, value in amounts.items():
@@ -42,7 +41,7 @@ def _extended(amounts: Any) -> dict[str, Fraction]:
     return out
 
 
-def _asks(container: Any) -> dict[str, Fraction]:
+def _asks(container: Any) -> dict[str, Amount]:
     """One container's extended resources; requests win over limits (they must be equal)."""
     if not isinstance(container, dict):
         return {}
@@ -149,8 +148,8 @@ def priority_class(obj: dict[str, Any]) -> PriorityClass:
     )
 
 
-def _quota_amounts(values: Any) -> dict[str, Fraction]:
-    out: dict[str, Fraction] = {}
+def _quota_amounts(values: Any) -> dict[str, Amount]:
+    out: dict[str, Amount] = {}
     for key, value in (values or {}).items():
         if "/" not in key:  # only extended resources (requests.nvidia.com/gpu, ...)
             continue

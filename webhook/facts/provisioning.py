@@ -23,11 +23,10 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Iterable, Mapping
-from fractions import Fraction
 from typing import Any
 
 from webhook.facts.model import Node
-from webhook.quantity import QuantityError, parse_quantity
+from webhook.quantity import Amount, QuantityError, parse_quantity
 
 __all__ = [
     "ANY_COUNT",
@@ -144,7 +143,7 @@ def machine_group_shapes(obj: Mapping[str, Any]) -> tuple[Node, ...] | None:
         Node(
             f"{kind} {name}",
             labels,
-            {resource: Fraction(count)},
+            {resource: count},
             taints=tuple(taints.values()),
         ),
     )
@@ -155,7 +154,7 @@ def machine_group_shapes(obj: Mapping[str, Any]) -> tuple[Node, ...] | None:
 # Stands for "as many as a pod may ask": the NodePool does not state its nodes' GPU count
 # (Karpenter picks an instance type at launch), so no GPU count can be called too large for
 # it. A number rather than a flag keeps the shape a plain `Node` the rule already compares.
-ANY_COUNT = Fraction(1_000_000)
+ANY_COUNT = 1_000_000
 
 # The GPU resources Karpenter's providers put on instance types. A NodePool that does not
 # name its accelerators may offer any of them; a resource outside this list (a MIG profile,
@@ -223,7 +222,7 @@ def _int(text: str) -> int | None:
         return None
 
 
-def _gpu_count(reqs: list[tuple[str, str, list[str]]]) -> Fraction | None:
+def _gpu_count(reqs: list[tuple[str, str, list[str]]]) -> Amount | None:
     """The most GPUs a node of the pool may have per its count requirements; ANY_COUNT when
     unstated, 0 when the requirements exclude GPUs, None when unreadable."""
     most = ANY_COUNT
@@ -231,17 +230,17 @@ def _gpu_count(reqs: list[tuple[str, str, list[str]]]) -> Fraction | None:
         if key not in GPU_COUNT_KEYS:
             continue
         if op == "DoesNotExist":
-            return Fraction(0)  # only accelerated instance types carry the label
+            return 0  # only accelerated instance types carry the label
         if op == "In":
             counts = [_int(v) for v in values]
             if any(c is None for c in counts) or not counts:
                 return None
-            most = min(most, Fraction(max(c for c in counts if c is not None)))
+            most = min(most, max(c for c in counts if c is not None))
         elif op == "Lt":
             bound = _int(values[0]) if values else None
             if bound is None:
                 return None
-            most = min(most, Fraction(max(bound - 1, 0)))
+            most = min(most, max(bound - 1, 0))
         # Gt, NotIn, Exists: no upper bound
     return most
 
@@ -266,7 +265,7 @@ def _resources(reqs: list[tuple[str, str, list[str]]]) -> tuple[str, ...]:
     return KARPENTER_GPUS  # unstated, or a manufacturer this list does not know
 
 
-def _limits(raw: Any) -> dict[str, Fraction] | None:
+def _limits(raw: Any) -> dict[str, Amount] | None:
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
@@ -299,7 +298,7 @@ def node_pool_shapes(obj: Mapping[str, Any]) -> tuple[Node, ...] | None:
         return None
     if limits.get("cpu") == 0 or limits.get("memory") == 0:
         return ()  # a pool limited to nothing launches no node at all
-    gpus: dict[str, Fraction] = {}
+    gpus: dict[str, Amount] = {}
     if count > 0 and _accelerated(reqs):
         for resource in _resources(reqs):
             # A limit caps the pool's total, so also what one node may carry; 0 allows none.

@@ -19,10 +19,10 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, replace
-from fractions import Fraction
 from typing import Any, TypeVar
 
 from webhook.facts.model import Facts, FactsSource, NodeIndex, PodGpus, Usage
+from webhook.quantity import Amount
 
 __all__ = ["Reservations", "ReservingFacts"]
 
@@ -44,8 +44,7 @@ class _Hold:
     until: float
 
 
-def _shift(table: dict[K, Any], key: K, delta: Fraction | int) -> None:
-    """`table` maps to Fractions or ints (whole amounts, see `_charge`): both add alike."""
+def _shift(table: dict[K, Any], key: K, delta: Amount) -> None:
     left = table.get(key, 0) + delta
     if left:
         table[key] = left
@@ -54,14 +53,9 @@ def _shift(table: dict[K, Any], key: K, delta: Fraction | int) -> None:
 
 
 def _charge(total: Usage, pod: PodGpus, sign: int) -> None:
-    """Add (or take away) one pod in a running total.
-
-    Whole amounts (nearly all) are kept as ints: Fraction arithmetic is pure Python, several
-    µs a hold, and an int compares and adds with the Fractions elsewhere just the same.
-    """
+    """Add (or take away) one pod in a running total."""
     products = pod.products
-    for name, exact in pod.gpus.items():
-        amount = int(exact) if exact.denominator == 1 else exact
+    for name, amount in pod.gpus.items():
         _shift(total.by_resource, name, sign * amount)
         for product in products:
             _shift(total.by_product, (name, product), sign * amount)

@@ -21,7 +21,6 @@ import base64
 import binascii
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from fractions import Fraction
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
@@ -46,7 +45,7 @@ from webhook.facts.model import (
 )
 from webhook.facts.provisioning import provisionable_shapes
 from webhook.facts.servingruntimes import RuntimeStore
-from webhook.quantity import QuantityError, parse_quantity
+from webhook.quantity import Amount, QuantityError, parse_quantity
 
 __all__ = ["SnapshotError", "SnapshotFile", "StaticSnapshot", "load_snapshot", "snapshot_from_doc"]
 
@@ -146,7 +145,7 @@ class SnapshotError(ValueError):
     """The snapshot file cannot be read; the message names the file and the field."""
 
 
-def _amounts(values: Mapping[str, int | str], where: str) -> dict[str, Fraction]:
+def _amounts(values: Mapping[str, int | str], where: str) -> dict[str, Amount]:
     out = {}
     for name, value in values.items():
         try:

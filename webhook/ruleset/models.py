@@ -20,7 +20,7 @@ from pydantic import (
     model_validator,
 )
 
-from webhook.quantity import QuantityError, parse_quantity
+from webhook.quantity import Amount, QuantityError, parse_quantity
 from webhook.ruleset.base import StrictModel
 from webhook.ruleset.defaults import (
     DEFAULT_DEVICE_PATHS,
@@ -143,7 +143,7 @@ class ShmRule(_Model):
 
     _check_sizes = field_validator("min_size", "max_size", "default_size")(_quantity)
 
-    def sizes(self) -> tuple[Fraction, int, int, int]:
+    def sizes(self) -> tuple[Amount, int, int, int]:
         """(fraction, min, max, default bytes); the compiled rules keep the result."""
         return (
             Fraction(str(self.memory_fraction)),

@@ -13,7 +13,6 @@ budget may name that key; its usage is what the namespace's ResourceClaims take.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from fractions import Fraction
 
 from webhook.engine import claims
 from webhook.engine.accounting import pod_gpus, pod_product, pod_products
@@ -24,7 +23,7 @@ from webhook.engine.podviews import PodView
 from webhook.facts.dra import DraFacts
 from webhook.facts.model import GPU_PRODUCT_LABEL, Facts, NodeIndex, Usage
 from webhook.facts.nodematch import Placement
-from webhook.quantity import show
+from webhook.quantity import Amount, show
 from webhook.ruleset.models import QuotaBudget
 
 __all__ = ["gpu_quota", "matching_budgets"]
@@ -49,8 +48,8 @@ def matching_budgets(ctx: Context, facts: Facts) -> list[QuotaBudget]:
 def _alternatives(
     pod: PodView,
     name: str,
-    per: Fraction,
-    total: Fraction,
+    per: Amount,
+    total: Amount,
     usage: Usage,
     budget: QuotaBudget,
     nodes: NodeIndex,
@@ -65,12 +64,12 @@ def _alternatives(
     out = set()
     for pool in nodes.pools((GPU_PRODUCT_LABEL,)):
         product = pool.labels.get(GPU_PRODUCT_LABEL, "")
-        if not product or pool.gpus.get(name, Fraction(0)) < per:
+        if not product or pool.gpus.get(name, 0) < per:
             continue
         if not free.allows_product(product):
             continue
         cap = budget.products.get(product, {}).get(name)
-        if cap is None or usage.by_product.get((name, product), Fraction(0)) + total <= cap:
+        if cap is None or usage.by_product.get((name, product), 0) + total <= cap:
             out.add(product)
     return sorted(out)
 
@@ -80,7 +79,7 @@ def _product_fix(
     ctx: Context,
     product: str,
     name: str,
-    left: Fraction,
+    left: Amount,
     budget: QuotaBudget,
     others: list[str],
 ) -> str:
@@ -118,7 +117,7 @@ def _product_fix(
 def _over_budget(
     pod: PodView,
     ctx: Context,
-    ask: dict[str, Fraction],
+    ask: dict[str, Amount],
     usage: Usage,
     budget: QuotaBudget,
     reach: frozenset[str],
@@ -133,16 +132,15 @@ def _over_budget(
     pods = pod.replicas if ctx.kind != "Pod" else 1
     what = "this pod asks {n}" if pods == 1 else f"{pods} pods x {{per}} = {{n}}"
     limits = [
-        (name, Fraction(cap), usage.by_resource.get(name, Fraction(0)), "")
-        for name, cap in budget.limits.items()
+        (name, cap, usage.by_resource.get(name, 0), "") for name, cap in budget.limits.items()
     ]
     for product in sorted(reach.intersection(budget.products)):
         limits += [
-            (name, Fraction(cap), usage.by_product.get((name, product), Fraction(0)), product)
+            (name, cap, usage.by_product.get((name, product), 0), product)
             for name, cap in budget.products[product].items()
         ]
     for name, cap, used, prod in limits:
-        per = ask.get(name, Fraction(0))
+        per = ask.get(name, 0)
         if per <= 0:
             continue
         total = per * pods
@@ -150,7 +148,7 @@ def _over_budget(
             continue
         scope = f"{name} on {prod}" if prod else name
         asked = what.format(n=show(total), per=show(per))
-        left = max(cap - used, Fraction(0))
+        left = cap - used if cap > used else 0
         if prod:
             others = _alternatives(pod, name, per, total, usage, budget, nodes)
             fix = _product_fix(pod, ctx, prod, name, left, budget, others)
@@ -176,9 +174,7 @@ def _over_budget(
         )
 
 
-def _native(
-    pod: PodView, ctx: Context, ask: dict[str, Fraction], facts: Facts
-) -> Iterator[Finding]:
+def _native(pod: PodView, ctx: Context, ask: dict[str, Amount], facts: Facts) -> Iterator[Finding]:
     """ResourceQuota will refuse the pod later with a terse message; say it now, plainly.
 
     Extended resources are quota'd as `requests.<name>` (and `limits.<name>` is accepted too).
@@ -189,7 +185,7 @@ def _native(
             prefix, _, name = key.partition(".")
             if prefix not in ("requests", "limits") or name not in ask:
                 continue
-            used = quota.used.get(key, Fraction(0))
+            used = quota.used.get(key, 0)
             total = ask[name] * (pod.replicas if ctx.kind != "Pod" else 1)
             if used + total <= hard:
                 continue
@@ -201,7 +197,7 @@ def _native(
                 ),
                 fix=(
                     f"the API server will refuse this with 'exceeded quota: {quota.name}'. Ask "
-                    f"for at most {show(max(hard - used, Fraction(0)))} {name} or free GPUs in "
+                    f"for at most {show(hard - used if hard > used else 0)} {name} or free GPUs in "
                     f"{ctx.namespace}"
                 ),
                 field=f"{pod.field_path}.containers",
@@ -210,7 +206,7 @@ def _native(
 
 
 def _devices_fix(
-    devices: list[claims.NewDevices], device_class: str, left: Fraction, ctx: Context
+    devices: list[claims.NewDevices], device_class: str, left: Amount, ctx: Context
 ) -> str:
     """Where a class's devices come from and how to ask for fewer (a sentence, capitalised)."""
     mine = [d for d in devices if d.device_class == device_class]
@@ -239,7 +235,7 @@ def _native_devices(
             per = charged.get(key)
             if per is None:
                 continue
-            used = quota.used.get(key, Fraction(0))
+            used = quota.used.get(key, 0)
             total = per * pods
             if used + total <= hard:
                 continue
@@ -249,7 +245,7 @@ def _native_devices(
                 if any(d.count is None for d in devices if d.device_class == device_class)
                 else ""
             )
-            left = max(hard - used, Fraction(0))
+            left = hard - used if hard > used else 0
             yield Finding(
                 rule=RULE,
                 summary=(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Iterator
-from fractions import Fraction
 from typing import Any
 
 from webhook.engine.accounting import pod_gpus, required_terms
@@ -141,7 +140,7 @@ def gpu_schedulable(pod: PodView, ctx: Context) -> Iterator[Finding]:
     for name, amount in ask.items():
         if name in by_dra:
             continue  # DRA devices: how many a node has is in no node's allocatable
-        best = max((n.gpus.get(name, Fraction(0)) for n in chosen), default=Fraction(0))
+        best = max((n.gpus.get(name, 0) for n in chosen), default=0)
         if amount > best:
             where = f" among nodes matching {selector}" if selector else ""
             yield Finding(

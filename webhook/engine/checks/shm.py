@@ -10,7 +10,6 @@ and the `gpu-shm` validation says what to set instead.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from fractions import Fraction
 from typing import Any
 
 from webhook.engine.checks.isolation import normalise
@@ -19,7 +18,7 @@ from webhook.engine.checks.resources import gpu_containers
 from webhook.engine.context import Context
 from webhook.engine.findings import Finding
 from webhook.engine.podviews import ContainerView, PodView, UnreadableObject
-from webhook.quantity import QuantityError, format_bytes, parse_quantity
+from webhook.quantity import Amount, QuantityError, format_bytes, parse_quantity
 
 __all__ = ["SHM_PATH", "add_shm", "mounts_shm", "runtime_shm_unknown", "shm_size"]
 
@@ -36,7 +35,7 @@ def mounts_shm(container: dict[str, Any]) -> bool:
     return False
 
 
-def _memory_limit(c: ContainerView) -> Fraction | None:
+def _memory_limit(c: ContainerView) -> Amount | None:
     limits = c.resources.get("limits") or {}
     if "memory" not in limits:
         return None
