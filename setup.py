@@ -45,6 +45,8 @@ COMPILED = [
     "webhook/facts/nodematch.py",
     "webhook/facts/dra.py",
     "webhook/facts/reservations.py",
+    "webhook/facts/static.py",
+    "webhook/facts/servingruntimes.py",
 ]
 
 MYPY = "mypy>=1.10,<3"

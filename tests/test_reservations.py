@@ -3,6 +3,7 @@ and read in O(1) however many there are."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from fractions import Fraction
 
@@ -10,7 +11,16 @@ import pytest
 
 from webhook.engine.build import engine_build
 from webhook.facts import reservations as reservations_module
-from webhook.facts.model import Facts, NodeIndex, PodGpus, Usage
+from webhook.facts.dra import DraFacts
+from webhook.facts.model import (
+    Facts,
+    NodeIndex,
+    PodGpus,
+    PriorityClass,
+    Quota,
+    ServingRuntimes,
+    Usage,
+)
 from webhook.facts.reservations import Reservations, ReservingFacts
 
 GPU = "nvidia.com/gpu"
@@ -203,3 +213,37 @@ def test_facts_drop_expired_holds_even_without_the_timer() -> None:
     r.hold(pod("a", 2), now=time.monotonic() - 31)
     assert source.facts_for("ml").usage.by_resource[GPU] == 3
     assert r.count == 0
+
+
+def test_facts_with_holds_keep_all_else_the_source_said() -> None:
+    """Only usage changes: a field added to Facts and left out of `with_usage` would read as
+    its default (no config maps known, no DRA) in every namespace with a hold."""
+    nodes = NodeIndex()
+    full = Facts(
+        namespace="ml",
+        namespace_labels={"team": "vision"},
+        quotas=(Quota("ml", "gpus", {GPU: Fraction(8)}, {GPU: Fraction(3)}),),
+        usage=Usage(by_resource={GPU: Fraction(3)}, by_product={}),
+        priority_classes={"high": PriorityClass("high", 1000)},
+        nodes=nodes,
+        age_seconds=4.0,
+        config_maps={"env": {}},
+        secrets={"keys": {}},
+        provisionable=(),
+        serving_runtimes=ServingRuntimes({}, {}),
+        dra=DraFacts(None, None, None, {}),
+    )
+    for f in dataclasses.fields(Facts):
+        if f.default is not dataclasses.MISSING:
+            assert getattr(full, f.name) != f.default, f"give {f.name} a value of its own"
+
+    class Source(Snapshot):
+        def facts_for(self, namespace: str) -> Facts:
+            return full
+
+    r = Reservations(ttl=30)
+    r.hold(pod("a", 2))
+    got = ReservingFacts(Source(), r).facts_for("ml")
+    assert got.usage.by_resource[GPU] == 5
+    assert got == dataclasses.replace(full, usage=got.usage)
+    assert full.usage.by_resource[GPU] == 3  # the source's facts are left as they were

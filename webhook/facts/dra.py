@@ -88,7 +88,9 @@ class ClaimRequest:
 ClaimSpec = tuple[ClaimRequest, ...]
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen (a frozen dataclass pays object.__setattr__ per field, made on every review);
+# never edited after it is built all the same.
+@dataclass(slots=True)
 class DraFacts:
     """The DRA objects one namespace's pods may name. None: the source does not know that
     kind (not listed yet, not allowed, a snapshot without it); empty: known, none there

@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from webhook.facts.model import Facts, FactsSource, NodeIndex, PodGpus, Usage
@@ -222,4 +222,4 @@ class ReservingFacts:
         holds = self.reservations
         holds.expire()  # amortised O(1); exact even where no timer runs (tests, the CLI)
         usage = holds.added_to(facts.usage, namespace)
-        return facts if usage is facts.usage else replace(facts, usage=usage)
+        return facts if usage is facts.usage else facts.with_usage(usage)

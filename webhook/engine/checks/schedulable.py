@@ -31,11 +31,17 @@ def _is_gpu_label(key: Any, prefixes: list[str]) -> bool:
     return isinstance(key, str) and any(key.startswith(p) for p in prefixes)
 
 
-def _selected(pod: PodView, nodes: list[Node], prefixes: list[str]) -> tuple[list[Node], str]:
-    """Nodes whose GPU labels satisfy the pod's nodeSelector and required affinity.
+_Terms = list[list[dict[str, Any]]]
+
+
+def _selected(
+    pod: PodView, nodes: list[Node], prefixes: list[str]
+) -> tuple[list[Node], dict[str, Any], _Terms]:
+    """Nodes whose GPU labels satisfy the pod's nodeSelector and required affinity, with the
+    GPU part of each (`_selector_text` words it, for a finding only).
 
     Only GPU labels are judged: the facts may not hold every zone or pool label, and a false
-    "never schedules" is worse than a missed one. Returns the nodes and the selector as text.
+    "never schedules" is worse than a missed one.
     """
     raw = pod.spec.get("nodeSelector")
     selector: dict[str, Any] = raw if isinstance(raw, dict) else {}
@@ -45,6 +51,16 @@ def _selected(pod: PodView, nodes: list[Node], prefixes: list[str]) -> tuple[lis
     ]
     # Terms are ORed: one with no GPU expression may match any node as far as we can tell.
     terms = gpu_terms if gpu_terms and all(gpu_terms) else []
+    chosen = [
+        n
+        for n in nodes
+        if all(n.labels.get(k) == v for k, v in wanted.items())
+        and (not terms or any(all(expr_matches(e, n.labels) for e in t) for t in terms))
+    ]
+    return chosen, wanted, terms
+
+
+def _selector_text(wanted: dict[str, Any], terms: _Terms) -> str:
     parts = [f"{k}={v}" for k, v in wanted.items()]
     for t in terms:
         parts.append(
@@ -52,13 +68,7 @@ def _selected(pod: PodView, nodes: list[Node], prefixes: list[str]) -> tuple[lis
                 f"{e.get('key')} {e.get('operator')} {e.get('values') or ''}".strip() for e in t
             )
         )
-    chosen = [
-        n
-        for n in nodes
-        if all(n.labels.get(k) == v for k, v in wanted.items())
-        and (not terms or any(all(expr_matches(e, n.labels) for e in t) for t in terms))
-    ]
-    return chosen, "; ".join(parts)
+    return "; ".join(parts)
 
 
 def _values(nodes: list[Node], key: str) -> str:
@@ -125,8 +135,9 @@ def gpu_schedulable(pod: PodView, ctx: Context) -> Iterator[Finding]:
                 advisory=not known,
             )
             return
-    chosen, selector = _selected(pod, nodes, cfg.gpu_label_prefixes)
+    chosen, wanted, terms = _selected(pod, nodes, cfg.gpu_label_prefixes)
     if not chosen:
+        selector = _selector_text(wanted, terms)
         keys = sorted({s.split("=")[0].split(" ")[0] for s in selector.split("; ") if s})
         have = "; ".join(f"{k}: {_values(nodes, k)}" for k in keys)
         yield Finding(
@@ -142,6 +153,7 @@ def gpu_schedulable(pod: PodView, ctx: Context) -> Iterator[Finding]:
             continue  # DRA devices: how many a node has is in no node's allocatable
         best = max((n.gpus.get(name, 0) for n in chosen), default=0)
         if amount > best:
+            selector = _selector_text(wanted, terms)
             where = f" among nodes matching {selector}" if selector else ""
             yield Finding(
                 rule=RULE,
