@@ -6,8 +6,11 @@ from __future__ import annotations
 import dataclasses
 import time
 from fractions import Fraction
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from webhook.engine.build import engine_build
 from webhook.facts import reservations as reservations_module
@@ -66,7 +69,7 @@ def test_expiry_drops_holds_in_every_namespace_and_forgets_the_namespaces() -> N
     assert r.expire(now=30.0) == 21  # held at 0..20, due at 10..30
     assert r.count == 29
     assert r.expire(now=1000.0) == 29
-    assert not r._by_namespace and not r._totals  # nothing left for namespaces never seen again
+    assert not r._namespaces  # nothing left for namespaces never seen again
 
 
 def test_a_repeated_review_for_one_pod_replaces_its_hold_never_stacks() -> None:
@@ -247,3 +250,52 @@ def test_facts_with_holds_keep_all_else_the_source_said() -> None:
     assert got.usage.by_resource[GPU] == 5
     assert got == dataclasses.replace(full, usage=got.usage)
     assert full.usage.by_resource[GPU] == 3  # the source's facts are left as they were
+
+
+_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["hold", "release", "wait"]),
+        st.sampled_from(["ml", "web", "ci"]),
+        st.sampled_from(["a", "b", "c", "d", "train-"]),
+        st.integers(1, 3),
+        st.sampled_from([(), (H100,), (H100, "NVIDIA-A100-SXM4-80GB")]),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(_OPS)
+def test_running_totals_equal_the_holds_kept(
+    ops: list[tuple[str, str, str, int, Any]],
+) -> None:
+    """Whatever mix of holds, releases, replacements, caps and expiry: each namespace's
+    running total is exactly the sum of the holds it still has, and the caps hold."""
+    r = Reservations(ttl=10, max_holds=4, max_per_namespace=2)
+    now = 1000.0
+    for op, namespace, name, gpus, reach in ops:
+        if op == "hold":
+            r.hold(pod(name, gpus, namespace, reach=reach), now=now)
+            assert pod(name, gpus, namespace, reach=reach) in r.held(namespace, now)
+        elif op == "release":
+            r.release_for(pod(name + "x1" if name.endswith("-") else name, gpus, namespace))
+        else:
+            now += 4
+        r.expire(now)
+        assert r.count <= 4
+        for ns in ("ml", "web", "ci"):
+            held = r.held(ns, now)
+            assert len(held) <= 2
+            by_resource: dict[str, Fraction] = {}
+            by_product: dict[tuple[str, str], Fraction] = {}
+            for p in held:
+                by_resource[GPU] = by_resource.get(GPU, Fraction(0)) + p.gpus[GPU]
+                for product in p.products:
+                    key = (GPU, product)
+                    by_product[key] = by_product.get(key, Fraction(0)) + p.gpus[GPU]
+            total = r.usage(ns)
+            if not held:
+                assert total is None
+            else:
+                assert total is not None
+                assert (total.by_resource, total.by_product) == (by_resource, by_product)

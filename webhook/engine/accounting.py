@@ -21,7 +21,16 @@ __all__ = ["hold_reach", "pod_gpus", "pod_product", "pod_products", "required_te
 
 def pod_gpus(pod: PodView) -> dict[str, Amount]:
     """GPUs the pod holds while it runs, by Kubernetes' formula (`podrequest`): regular and
-    sidecar containers add up, ordinary init containers run one at a time."""
+    sidecar containers add up, ordinary init containers run one at a time.
+
+    Worked out once per view and shared: callers read it, never change it."""
+    held = pod.gpus_held
+    if held is None:
+        held = pod.gpus_held = _pod_gpus(pod)
+    return held
+
+
+def _pod_gpus(pod: PodView) -> dict[str, Amount]:
     regular = []
     init = []
     for c in pod.containers:

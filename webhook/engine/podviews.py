@@ -151,6 +151,10 @@ class PodView:
     runtime: bool = False
     # DRA: (name, resourceClaimTemplateName, resourceClaimName) of each spec.resourceClaims.
     resource_claims: tuple[tuple[str, str, str], ...] = ()
+    # The GPUs the pod holds while it runs (`accounting.pod_gpus`), worked out once for the
+    # several rules that ask. Not an __init__ field: a `dataclasses.replace` copy (other
+    # containers) starts without it.
+    gpus_held: dict[str, Amount] | None = field(default=None, init=False, repr=False)
 
     @property
     def asks_gpu(self) -> bool:

@@ -44,6 +44,15 @@ class _Hold:
     until: float
 
 
+@dataclass(slots=True)
+class _Namespace:
+    """One namespace's holds by pod name, oldest first (a dict keeps insertion order), and
+    their running total: one small record per namespace, as most hold a pod or two."""
+
+    holds: dict[str, _Hold]
+    total: Usage
+
+
 def _shift(table: dict[K, Any], key: K, delta: Amount) -> None:
     left = table.get(key, 0) + delta
     if left:
@@ -91,8 +100,7 @@ class Reservations:
         self.dropped = 0  # holds evicted early by a cap (a metric for the server to export)
         self._lock = threading.Lock()
         self._order: OrderedDict[_Key, _Hold] = OrderedDict()
-        self._by_namespace: dict[str, OrderedDict[_Key, _Hold]] = {}
-        self._totals: dict[str, Usage] = {}
+        self._namespaces: dict[str, _Namespace] = {}
 
     @property
     def count(self) -> int:
@@ -104,21 +112,24 @@ class Reservations:
         if self.ttl <= 0 or not pod.gpus or not _acceptable(pod):
             return
         until = (time.monotonic() if now is None else now) + self.ttl
-        key = (pod.namespace, pod.name)
+        namespace = pod.namespace
+        key = (namespace, pod.name)
         with self._lock:
             self._drop(key)
-            ns_holds = self._by_namespace.setdefault(pod.namespace, OrderedDict())
-            if len(ns_holds) >= self.max_per_namespace:
-                self._drop(next(iter(ns_holds)))
+            ns = self._namespaces.get(namespace)
+            if ns is not None and len(ns.holds) >= self.max_per_namespace:
+                self._drop((namespace, next(iter(ns.holds))))
                 self.dropped += 1
             if len(self._order) >= self.max_holds:
                 self._drop(next(iter(self._order)))
                 self.dropped += 1
             entry = _Hold(pod, until)
             self._order[key] = entry
-            # The namespace's map may have gone with its last hold just above.
-            self._by_namespace.setdefault(pod.namespace, ns_holds)[key] = entry
-            _charge(self._totals.setdefault(pod.namespace, Usage({}, {})), pod, 1)
+            ns = self._namespaces.get(namespace)  # it may have gone with its last hold above
+            if ns is None:
+                ns = self._namespaces[namespace] = _Namespace({}, Usage({}, {}))
+            ns.holds[pod.name] = entry
+            _charge(ns.total, pod, 1)
 
     def release_for(self, seen: PodGpus) -> None:
         """The watch showed `seen`: drop the hold it accounts for.
@@ -127,8 +138,7 @@ class Reservations:
         under a generateName prefix (`train-`) matches a pod whose name starts with it and
         asks for the same GPUs: one lookup per "-" in the name, never a walk over holds.
         """
-        ns_holds = self._by_namespace.get(seen.namespace)
-        if not ns_holds:
+        if seen.namespace not in self._namespaces:
             return
         with self._lock:
             key = (seen.namespace, seen.name)
@@ -159,23 +169,26 @@ class Reservations:
 
     def usage(self, namespace: str) -> Usage | None:
         """The GPUs held in `namespace` right now (a copy), or None when nothing is."""
-        if namespace not in self._totals:  # the common case, without the lock
+        if namespace not in self._namespaces:  # the common case, without the lock
             return None
         with self._lock:
-            total = self._totals.get(namespace)
-            return None if total is None else Usage(dict(total.by_resource), dict(total.by_product))
+            ns = self._namespaces.get(namespace)
+            if ns is None:
+                return None
+            return Usage(dict(ns.total.by_resource), dict(ns.total.by_product))
 
     def added_to(self, usage: Usage, namespace: str) -> Usage:
         """`usage` with this namespace's holds added: a new value, `usage` stays as it was.
 
         Work is the size of the two totals, never the number of holds.
         """
-        if namespace not in self._totals:
+        if namespace not in self._namespaces:
             return usage
         with self._lock:
-            held = self._totals.get(namespace)
-            if held is None:
+            ns = self._namespaces.get(namespace)
+            if ns is None:
                 return usage
+            held = ns.total
             out = Usage()
             out.by_resource.update(usage.by_resource)
             out.by_product.update(usage.by_product)
@@ -189,22 +202,21 @@ class Reservations:
         """The pods held in `namespace`, oldest first (for tests and debugging: O(holds))."""
         now = time.monotonic() if now is None else now
         with self._lock:
-            holds = self._by_namespace.get(namespace)
-            return [h.pod for h in holds.values() if h.until > now] if holds else []
+            ns = self._namespaces.get(namespace)
+            return [h.pod for h in ns.holds.values() if h.until > now] if ns else []
 
     def _drop(self, key: _Key) -> None:
         """Forget one hold everywhere; the caller holds the lock."""
         entry = self._order.pop(key, None)
         if entry is None:
             return
-        namespace = key[0]
-        ns_holds = self._by_namespace[namespace]
-        del ns_holds[key]
-        if ns_holds:
-            _charge(self._totals[namespace], entry.pod, -1)
+        namespace, name = key
+        ns = self._namespaces[namespace]
+        del ns.holds[name]
+        if ns.holds:
+            _charge(ns.total, entry.pod, -1)
         else:  # the last one: forget the namespace altogether
-            del self._by_namespace[namespace]
-            del self._totals[namespace]
+            del self._namespaces[namespace]
 
 
 class ReservingFacts:

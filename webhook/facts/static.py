@@ -1,7 +1,8 @@
 """Cluster facts frozen in memory: what a snapshot file (or a test) says, read per namespace.
 
-Apart from the file's reader (`webhook.facts.snapshotfile`, pydantic models) so that mypyc can
-compile it: `facts_for` runs on every review the webhook judges against a snapshot.
+Apart from the file's reader (`webhook.facts.snapshotfile`, whose validating models mypyc
+cannot build) so that it is compiled: `facts_for` runs on every review judged against a
+snapshot.
 """
 
 from __future__ import annotations
