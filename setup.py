@@ -40,6 +40,7 @@ COMPILED = [
     "webhook/engine/claims.py",
     "webhook/engine/decision.py",
     "webhook/engine/findings.py",
+    "webhook/engine/context.py",
     # The cluster facts the cluster-aware rules read, and the GPU holds.
     "webhook/facts/model.py",
     "webhook/facts/nodematch.py",

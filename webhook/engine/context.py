@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from webhook.facts.model import Facts
@@ -14,17 +13,28 @@ if TYPE_CHECKING:
 __all__ = ["Context"]
 
 
-# Not frozen (a frozen dataclass pays object.__setattr__ per field on every review); never
-# edited after it is built all the same.
-@dataclass(slots=True)
 class Context:
-    """Everything a check reads apart from the pod view. Immutable: checks do no I/O."""
+    """Everything a check reads apart from the pod view. Immutable: checks do no I/O.
 
-    rules: CompiledRules  # the rules in force for the namespace (overrides applied)
-    namespace: str
-    kind: str
-    operation: str = "CREATE"
-    facts: Facts | None = None  # None: no cluster facts (offline audit)
+    A plain class, not a dataclass: compiled by mypyc, a dataclass would resolve its
+    annotations at import, and `CompiledRules` imports the checks that import this.
+    """
+
+    __slots__ = ("facts", "kind", "namespace", "operation", "rules")
+
+    def __init__(
+        self,
+        rules: CompiledRules,
+        namespace: str,
+        kind: str,
+        operation: str = "CREATE",
+        facts: Facts | None = None,
+    ) -> None:
+        self.rules = rules  # the rules in force for the namespace (overrides applied)
+        self.namespace = namespace
+        self.kind = kind
+        self.operation = operation
+        self.facts = facts  # None: no cluster facts (offline audit)
 
     @property
     def settings(self) -> RuleSettings:
