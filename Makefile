@@ -4,13 +4,36 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint bench certs clean dist compiled
+.PHONY: run test lint lock bench certs clean dist compiled
 
-$(STAMP): pyproject.toml setup.py
+# The venv holds exactly requirements-dev.lock (the image's requirements.lock plus the test
+# tools, same pins), installed as the image installs: hashes required, nothing resolved here.
+# The project itself goes in editable, built with the locked setuptools. `pip check` fails when
+# the locks no longer satisfy pyproject.toml's ranges: run `make lock`.
+$(STAMP): pyproject.toml setup.py requirements.lock requirements-dev.lock
+	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,build]'
+	$(BIN)/pip install --quiet --require-hashes -r requirements-dev.lock
+	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
+	$(BIN)/pip check
 	touch $(STAMP)
+
+# Refreshes both locks from pyproject.toml: pins that still fit are kept, so after adding or
+# changing a dependency only what must move moves; `make lock UPGRADE=1` takes the newest
+# release every range allows. The runtime lock is compiled from the dev lock's pins, so the two
+# agree on every package they share (tests/test_packaging.py checks both).
+PIP_TOOLS := pip-tools==7.6.2
+LOCK_VENV := build/lock-venv
+LOCK_FLAGS := --quiet --allow-unsafe --generate-hashes --no-emit-index-url --no-emit-find-links \
+	--strip-extras
+lock:
+	test -x $(LOCK_VENV)/bin/pip-compile || \
+		{ $(PYTHON) -m venv $(LOCK_VENV) && $(LOCK_VENV)/bin/pip install --quiet '$(PIP_TOOLS)'; }
+	$(LOCK_VENV)/bin/pip-compile $(LOCK_FLAGS) $(if $(UPGRADE),--upgrade) --extra=build \
+		--extra=test --output-file=requirements-dev.lock pyproject.toml
+	cp requirements-dev.lock requirements.lock
+	$(LOCK_VENV)/bin/pip-compile $(LOCK_FLAGS) --extra=build --output-file=requirements.lock \
+		pyproject.toml
 
 # The engine's hot path compiled with mypyc, as the image ships it (setup.py): installed into
 # its own folder, never beside the sources an editable install runs. Rebuilt when a source
@@ -43,12 +66,18 @@ lint: $(STAMP)
 # Two workers: CI has two cores, and the end-to-end tests wait on servers half the time.
 # The suite twice: against the sources, then against the compiled build the image ships (the
 # same tests; tests/test_compiled_build.py checks the second run really is compiled).
-test: lint test-packages $(COMPILED)/.built
+# Each run is its own target, so when one fails make's last line names it (test-sources or
+# test-compiled).
+test: lint test-sources test-compiled
+
+test-sources: lint test-packages
 	$(BIN)/python -m pytest -q -n 2
+
+test-compiled: lint test-packages $(COMPILED)/.built
 	GPU_ADMISSION_EXPECT_COMPILED=1 PYTHONSAFEPATH=1 PYTHONPATH=$(CURDIR)/$(COMPILED) \
 		$(BIN)/python -m pytest -q -n 2 -p no:cacheprovider
 
-.PHONY: test-packages report-screenshot
+.PHONY: test-sources test-compiled test-packages report-screenshot
 
 # Debian packages the tests use: headless Chromium and chromedriver for the HTML report, zsh for
 # completion, gcc for the compiled engine. Where they cannot be installed those tests skip
