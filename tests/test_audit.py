@@ -313,9 +313,9 @@ def test_garbage_is_reported_not_crashed_on(tmp_path: Path, content: bytes) -> N
     assert doc["summary"]["objects"] == 3  # the good file after it was still audited
 
 
-def _nested_pod(tmp_path: Path, depth: int) -> Path:
-    deep = tmp_path / f"deep-{depth}.yaml"
-    nested = "[" * depth + "]" * depth
+def _nested_pod(tmp_path: Path, nested: str) -> Path:
+    """A pod whose one container's args are `nested`, a flow collection, on line 5."""
+    deep = tmp_path / "deep.yaml"
     deep.write_text(
         "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n"
         f"  containers: [{{name: a, image: x, args: {nested}}}]\n"
@@ -323,18 +323,47 @@ def _nested_pod(tmp_path: Path, depth: int) -> Path:
     return deep
 
 
+def _flow(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
 def test_deeply_nested_yaml_inside_a_pod_is_audited(tmp_path: Path) -> None:
-    result = run_audit(str(_nested_pod(tmp_path, 5_000)), "-o", "json")
+    # 500 collections in all (the pod's own 4 included): the most the audit reads.
+    result = run_audit(str(_nested_pod(tmp_path, _flow(496))), "-o", "json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["summary"]["objects"] == 1
 
 
-def test_nesting_that_would_crash_the_yaml_library_is_an_input_error(tmp_path: Path) -> None:
-    # libyaml's C composer segfaults past ~20,000 levels: refused before it composes.
-    result = run_audit(str(_nested_pod(tmp_path, 100_000)), "-o", "json")
+DEEPER = {
+    # One past the limit; one past where PyYAML 6.0.4's libyaml refuses on its own; deep enough
+    # to crash 6.0.3's composer. Each gets the audit's own error, whichever PyYAML is installed.
+    "501 levels": _flow(497),
+    "libyaml 6.0.4 cap": _flow(1_001),
+    "libyaml 6.0.3 crash": _flow(100_000),
+}
+
+
+@pytest.mark.parametrize("nested", DEEPER.values(), ids=DEEPER.keys())
+def test_nesting_past_the_limit_is_an_input_error_naming_the_line(
+    tmp_path: Path, nested: str
+) -> None:
+    result = run_audit(str(_nested_pod(tmp_path, nested)), "-o", "json")
     assert result.returncode == 2, result.stderr
     (error,) = json.loads(result.stdout)["errors"]
-    assert "nested deeper than 10000 levels at line 5" in error["message"]
+    assert "nested deeper than 500 levels at line 5" in error["message"]
+
+
+def test_block_sequences_nested_on_one_line_are_refused_too(tmp_path: Path) -> None:
+    """`- - - x` nests a sequence per dash with no new line or bracket."""
+    deep = tmp_path / "compact.yaml"
+    deep.write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n"
+        "  - name: a\n    image: x\n    args:\n    " + "- " * 30_000 + "x\n"
+    )
+    result = run_audit(str(deep), "-o", "json")
+    assert result.returncode == 2, result.stderr
+    (error,) = json.loads(result.stdout)["errors"]
+    assert "nested deeper than 500 levels at line 9" in error["message"]
 
 
 def test_an_empty_file_is_fine(tmp_path: Path) -> None:

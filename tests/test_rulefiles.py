@@ -42,35 +42,42 @@ def test_rules_may_be_split_across_files(tmp_path: Path) -> None:
 BROKEN = {
     "typo in a field": (
         "rules:\n  gpu-shm:\n    maxSise: 4Gi\n",
-        "a.yaml:3: rules.gpu-shm.maxSise: Extra inputs are not permitted; expected one of: "
+        "a.yaml:3: rules.gpu-shm.maxSise: unknown key; expected one of: "
         "mutate, mode, volumeName, memoryFraction, minSize, maxSize, defaultSize",
     ),
     "unknown rule": ("rules:\n  gpu-shmm: {}\n", "a.yaml:2: rules.gpu-shmm"),
     "wrong mode": (
         "rules:\n  privileged-gpu:\n    mode: deny\n",
-        "a.yaml:3: rules.privileged-gpu.mode: Input should be 'enforce', 'warn', 'audit' or 'off'",
+        "a.yaml:3: rules.privileged-gpu.mode: 'deny' is not one of: enforce, warn, audit, off",
     ),
-    "wrong type": ("rules:\n  gpu-shm:\n    memoryFraction: half\n", "a.yaml:3: rules.gpu-shm"),
+    "wrong type": (
+        "rules:\n  gpu-shm:\n    memoryFraction: half\n",
+        "a.yaml:3: rules.gpu-shm.memoryFraction: expected a number, found 'half'",
+    ),
     "bad quantity": ("rules:\n  gpu-shm:\n    minSize: lots\n", "a.yaml:3: rules.gpu-shm.minSize"),
     "min above max": ("rules:\n  gpu-shm:\n    minSize: 32Gi\n", "larger than maxSize"),
     "bad selector": (
         "exemptions:\n  podSelector:\n    matchExpressions:\n      - {key: a, operator: In}\n",
-        "a.yaml:4: exemptions.podSelector.matchExpressions.0: Value error, operator In needs",
+        "a.yaml:4: exemptions.podSelector.matchExpressions.0: operator In needs",
     ),
     "override typo": (
         "overrides:\n  - name: x\n    namespaces: [a]\n    rules:\n      gpu-shm: {maxSise: 1Gi}\n",
-        "a.yaml:2: overrides.0: Value error, rules.gpu-shm.maxSise: Extra inputs",
+        "a.yaml:2: overrides.0: rules.gpu-shm.maxSise: unknown key; expected one of: mutate,",
     ),
     "override selects nothing": (
         "overrides:\n  - name: x\n    rules: {}\n",
-        "a.yaml:2: overrides.0: Value error, an override needs namespaces or a namespaceSelector",
+        "a.yaml:2: overrides.0: an override needs namespaces or a namespaceSelector",
     ),
     "duplicate override": (
         "overrides:\n  - {name: x, namespaces: [a], rules: {}}\n"
         "  - {name: x, namespaces: [b], rules: {}}\n",
-        "a.yaml:1: overrides: Value error, override names must be unique: x",
+        "a.yaml:1: overrides: override names must be unique: x",
     ),
-    "not yaml": ("rules: [unclosed\n", "a.yaml"),
+    "not yaml": ("rules: [unclosed\n", "a.yaml:2: not valid YAML at line 2, column 1"),
+    "missing setting": (
+        "overrides:\n  - {namespaces: [a], rules: {}}\n",
+        "a.yaml:2: overrides.0.name: required",
+    ),
     "not a mapping": ("- 1\n- 2\n", "a.yaml:1: expected a mapping"),
 }
 
@@ -84,6 +91,12 @@ def test_a_broken_rule_file_is_refused_naming_file_and_field(
         load_rules(folder)
     assert expected in str(err.value)
     assert "a.yaml" in str(err.value)
+
+
+def test_a_file_that_is_not_text_is_refused_in_plain_words(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_bytes(b"mode: \xff\xfe\n")
+    with pytest.raises(RuleFileError, match=r"a\.yaml: not UTF-8 text \(byte 6 "):
+        load_rules(tmp_path)
 
 
 def test_later_files_override_earlier_ones_key_by_key_and_say_where(tmp_path: Path) -> None:
@@ -172,6 +185,12 @@ REFUSED = {
     "impossible date": ("mode: 2024-13-45\n", "a.yaml:1: '2024-13-45' is not a valid"),
     "mapping as key": ("? [a]\n: b\n", "a.yaml:1: a mapping key must be a plain value"),
     "deep nesting": ("[" * 100_000 + "]" * 100_000, "a.yaml:1: nested deeper than 64 levels"),
+    "past libyaml 6.0.4's cap": ("a:\n" + "[" * 1_001, "a.yaml:2: nested deeper than 64 levels"),
+    "deep block nesting": (
+        "".join(" " * i + f"k{i}:\n" for i in range(1_500)),
+        "a.yaml:65: nested deeper than 64 levels",
+    ),
+    "compact sequences": ("rules:\n  " + "- " * 1_500, "a.yaml:2: nested deeper than 64 levels"),
 }
 
 

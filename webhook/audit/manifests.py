@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from webhook.audit.locations import Location, locate, mark_location
+from webhook.yamlinput import LOADER, MAX_DEPTH, deeper_than
 
 __all__ = ["MAX_NODES", "Document", "InputError", "read_sources"]
 
@@ -79,34 +80,6 @@ def _expanded_size(root: Any, limit: int) -> int:
     return memo.get(id(root), 1)
 
 
-# libyaml's composer recurses in C: past about 20,000 nested collections it crashes the process
-# (a segfault, on an 8 MiB stack) instead of raising. Deeper than this is refused before
-# composing, well clear of that; no Kubernetes object nests a fraction as deep.
-MAX_DEPTH = 10_000
-# Nesting needs a bracket or a line per level: a text with fewer of both than MAX_DEPTH cannot
-# pass it, and skips the scan (nearly every manifest).
-_SCAN_FROM = MAX_DEPTH
-
-
-def _too_deep(text: str, loader: Any) -> int | None:
-    """The line where nesting passes MAX_DEPTH, or None; an event scan, which never recurses."""
-    if text.count("[") + text.count("{") + text.count("\n") < _SCAN_FROM:
-        return None
-    depth = 0
-    try:
-        for event in yaml.parse(text, Loader=loader):
-            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-                depth += 1
-                if depth > MAX_DEPTH:
-                    mark = event.start_mark
-                    return mark.line + 1 if mark is not None else 0
-            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
-                depth -= 1
-    except yaml.YAMLError:
-        return None  # composing reports it, with its line
-    return None
-
-
 def _compose(loader: Any) -> Iterator[yaml.Node | None]:
     """The node tree of each document of the stream (None for an empty one).
 
@@ -118,10 +91,10 @@ def _compose(loader: Any) -> Iterator[yaml.Node | None]:
 
 
 def _documents(text: str, label: str) -> Iterator[Document | InputError]:
-    loader_class = yaml.CSafeLoader if hasattr(yaml, "CSafeLoader") else yaml.SafeLoader
+    loader_class = LOADER
     has_anchors = "&" in text
     index = 0
-    deep = _too_deep(text, loader_class)
+    deep = deeper_than(text, MAX_DEPTH)
     if deep is not None:
         yield InputError(
             f"{label}#0",

@@ -38,7 +38,9 @@ from webhook.facts.model import (
 from webhook.facts.provisioning import provisionable_shapes
 from webhook.facts.servingruntimes import RuntimeStore
 from webhook.facts.static import StaticSnapshot
+from webhook.modelerrors import describe
 from webhook.quantity import Amount, QuantityError, parse_quantity
+from webhook.yamlinput import LOADER, MAX_DEPTH, deeper_than, syntax_error, unreadable
 
 __all__ = ["SnapshotError", "SnapshotFile", "StaticSnapshot", "load_snapshot", "snapshot_from_doc"]
 
@@ -262,15 +264,18 @@ def _dra(doc: SnapshotFile) -> dra.DraCache | None:
 def load_snapshot(path: Path | str) -> StaticSnapshot:
     path = Path(path)
     try:
-        data: Any = yaml.safe_load(path.read_text())
+        text = path.read_text()
+        deep = deeper_than(text, MAX_DEPTH)
+        if deep is not None:
+            raise SnapshotError(f"line {deep}: nested deeper than {MAX_DEPTH} levels")
+        data: Any = yaml.load(text, Loader=LOADER)
         return snapshot_from_doc(SnapshotFile.model_validate(data))
-    except (OSError, yaml.YAMLError) as exc:
-        raise SnapshotError(f"{path}: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SnapshotError(f"{path}: {unreadable(exc)}") from None
+    except yaml.YAMLError as exc:
+        raise SnapshotError(f"{path}: {syntax_error(exc)[1]}") from None
     except ValidationError as exc:
-        problems = "; ".join(
-            ".".join(str(p) for p in e["loc"]) + ": " + e["msg"]
-            for e in exc.errors(include_url=False)
-        )
+        problems = "; ".join(describe(e, SnapshotFile) for e in exc.errors(include_url=False))
         raise SnapshotError(f"{path}: {problems}") from None
     except SnapshotError as exc:
         raise SnapshotError(f"{path}: {exc}") from None

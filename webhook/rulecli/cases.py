@@ -19,6 +19,8 @@ from pydantic.alias_generators import to_camel
 from webhook.engine.compiled import CompiledRuleSet
 from webhook.engine.pipeline import evaluate
 from webhook.engine.subject import Subject, subject_for
+from webhook.modelerrors import describe
+from webhook.yamlinput import LOADER, MAX_DEPTH, deeper_than, syntax_error, unreadable
 
 __all__ = ["CaseResult", "load_cases", "run_case"]
 
@@ -96,14 +98,22 @@ def load_cases(paths: list[Path]) -> tuple[list[tuple[str, Case]], list[str]]:
     problems: list[str] = []
     for path in paths:
         try:
-            data = yaml.safe_load(path.read_text())
+            text = path.read_text()
+            deep = deeper_than(text, MAX_DEPTH)
+            if deep is not None:
+                problems.append(f"{path}:{deep}: nested deeper than {MAX_DEPTH} levels")
+                continue
+            data = yaml.load(text, Loader=LOADER)
             cases.extend((str(path), c) for c in CaseFile.model_validate(data).cases)
-        except (OSError, yaml.YAMLError) as exc:
-            problems.append(f"{path}: {exc}")
+        except (OSError, UnicodeDecodeError) as exc:
+            problems.append(f"{path}: {unreadable(exc)}")
+        except yaml.YAMLError as exc:
+            line, message = syntax_error(exc)
+            problems.append(f"{path}:{line}: {message}" if line else f"{path}: {message}")
         except ValidationError as exc:
-            for err in exc.errors(include_url=False):
-                where = ".".join(str(p) for p in err["loc"])
-                problems.append(f"{path}: {where}: {err['msg']}")
+            problems.extend(
+                f"{path}: {describe(err, CaseFile)}" for err in exc.errors(include_url=False)
+            )
     return cases, problems
 
 

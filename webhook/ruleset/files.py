@@ -13,17 +13,17 @@ stops at `MAX_DEPTH`.
 from __future__ import annotations
 
 import os
-import types
-import typing
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
+from webhook.modelerrors import describe
 from webhook.ruleset.models import RuleSet
+from webhook.yamlinput import deeper_than, syntax_error, unreadable
 
 __all__ = ["LoadedRules", "RuleFileError", "load_rules", "load_rules_with_sources", "rule_files"]
 
@@ -110,6 +110,9 @@ def _documents(text: str, where: str) -> Iterator[tuple[Any, int, dict[Path_, st
     and anchors, aliases and merge keys are refused where they appear, before any expansion.
     Scalars get the same tags and values as `yaml.safe_load`.
     """
+    deep = deeper_than(text, MAX_DEPTH)  # before libyaml, whose own cap differs by release
+    if deep is not None:
+        raise _Refused(deep, f"nested deeper than {MAX_DEPTH} levels")
     loader = _Loader(text)
     try:
         stack: list[_Frame] = []
@@ -189,8 +192,9 @@ def _scalar(loader: Any, event: yaml.ScalarEvent, line: int) -> Any:
     node = yaml.ScalarNode(tag, event.value, start, end, event.style)
     try:
         return construct(loader, node)
-    except Exception as exc:  # `!!int x` or a date like 2024-13-45: ValueError, not YAMLError
-        raise _Refused(line, f"{event.value[:40]!r} is not a valid {tag}: {exc}") from None
+    except Exception:  # `!!int x` or a date like 2024-13-45: ValueError, not YAMLError
+        short = tag.replace("tag:yaml.org,2002:", "!!")
+        raise _Refused(line, f"{event.value[:40]!r} is not a valid {short}") from None
 
 
 # Lists whose items are keyed: a later file's item of the same key replaces the earlier one,
@@ -273,39 +277,6 @@ def _line_for(loc: Path_, lines: dict[Path_, str], fallback: str) -> str:
     return fallback
 
 
-def _model_at(loc: Path_) -> type[BaseModel] | None:
-    """The pydantic model that the field path `loc` points into, to say which keys it takes."""
-    model: Any = RuleSet
-    for seg in loc:
-        if isinstance(model, type) and issubclass(model, BaseModel):
-            found = next(
-                (f for name, f in model.model_fields.items() if seg in (name, f.alias)), None
-            )
-            if found is None:
-                return None
-            model = found.annotation
-        elif isinstance(seg, int) or typing.get_origin(model) in (list, dict):
-            args = typing.get_args(model)
-            model = args[-1] if args else None
-        else:
-            return None
-        if typing.get_origin(model) in (typing.Union, types.UnionType):
-            model = next((a for a in typing.get_args(model) if a is not type(None)), None)
-    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
-
-
-def _explain(err: Any) -> str:
-    loc: Path_ = tuple(err["loc"])
-    text = ".".join(str(p) for p in loc) or "(top)"
-    message = f"{text}: {err['msg']}"
-    if err["type"] == "extra_forbidden":
-        parent = _model_at(loc[:-1])
-        if parent is not None:
-            keys = [f.alias or name for name, f in parent.model_fields.items()]
-            message += f"; expected one of: {', '.join(keys)}"
-    return message
-
-
 RULES_ENV = "GPU_ADMISSION_RULES"
 
 
@@ -357,8 +328,12 @@ def load_rules_with_sources(folder: Path | str | None) -> LoadedRules:
         except _Refused as exc:
             problems.append(f"{path}:{exc.line}: {exc}")
             continue
-        except (yaml.YAMLError, OSError, UnicodeDecodeError) as exc:
-            problems.append(f"{path}: {exc}")
+        except yaml.YAMLError as exc:
+            line, text = syntax_error(exc)
+            problems.append(f"{path}:{line}: {text}" if line else f"{path}: {text}")
+            continue
+        except (OSError, UnicodeDecodeError) as exc:
+            problems.append(f"{path}: {unreadable(exc)}")
             continue
         for doc, doc_line, file_lines in docs:
             if doc is None:
@@ -376,7 +351,7 @@ def load_rules_with_sources(folder: Path | str | None) -> LoadedRules:
     except ValidationError as exc:
         raise RuleFileError(
             [
-                f"{_line_for(tuple(e['loc']), lines, str(folder))}: {_explain(e)}"
+                f"{_line_for(tuple(e['loc']), lines, str(folder))}: {describe(e, RuleSet)}"
                 for e in exc.errors(include_url=False)
             ]
         ) from None

@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from webhook.modelerrors import describe
 from webhook.quantity import Amount, QuantityError, parse_quantity
 from webhook.ruleset.base import StrictModel
 from webhook.ruleset.defaults import (
@@ -413,8 +414,7 @@ class Override(_Model):
             RuleSettings.model_validate(self.rules)
         except ValidationError as exc:
             problems = "; ".join(
-                "rules." + ".".join(str(p) for p in e["loc"]) + ": " + e["msg"]
-                for e in exc.errors(include_url=False)
+                "rules." + describe(e, RuleSettings) for e in exc.errors(include_url=False)
             )
             raise ValueError(problems) from None
         return self

@@ -1,0 +1,108 @@
+"""Reading the YAML files users hand us: nesting depth, syntax errors and unreadable files,
+decided and said by the project rather than by the libraries underneath.
+
+PyYAML's own behaviour at depth changes between releases: up to 6.0.3 libyaml composes any depth
+and its recursive C composer crashes the process (a segfault, on an 8 MiB stack) past about
+20,000 nested collections; from 6.0.4 its scanner refuses more than 1,000 with an error of its
+own, before the first event of the document is read. Readers ask `deeper_than` before composing,
+with a limit below both, so deep nesting always gets the project's error naming its line.
+"""
+
+from __future__ import annotations
+
+import errno
+import re
+from collections.abc import Iterable
+from typing import Any
+
+import yaml
+
+_CParser: Any = getattr(yaml, "CSafeLoader", None)
+# The safe loader to read with: libyaml's when PyYAML was built with it (several times faster,
+# and its composer does not recurse in Python), the pure-Python one otherwise.
+LOADER: Any = _CParser or yaml.SafeLoader
+# How deep a Kubernetes object, or a file of them, may nest: below where any PyYAML release
+# crashes or refuses on its own, and far beyond any real object (a CRD's schema nests ~40).
+MAX_DEPTH = 500
+
+# What may come before the first block collection that opens on a line: indentation and the
+# compact indicators `- `, `? ` and `: ` (a byte-order mark is skipped at a line's start). After
+# a key, an anchor or a tag no block collection can open on the same line.
+_PREFIX_CHARS = " \t?:\\-\ufeff"
+_LINE_START = "(?:^|[\r\x85\u2028\u2029])"
+
+
+def could_pass(text: str, limit: int) -> bool:
+    """False when `text` certainly nests at most `limit` collections deep; cheap, in C.
+
+    Every flow collection needs its own `[` or `{`. A block collection opens at a greater
+    column than the block collection around it, except a sequence at its parent key's column,
+    and no later on its line than the prefix of indentation and indicators: so block nesting is
+    at most twice (the longest such prefix + 1).
+    """
+    flow = text.count("[") + text.count("{")
+    if flow >= limit:
+        return True
+    needed = (limit - flow) // 2  # the shortest prefix that could reach limit + 1
+    pattern = f"{_LINE_START}[{_PREFIX_CHARS}]{{{needed},}}"
+    return re.search(pattern, text, re.MULTILINE) is not None
+
+
+def deeper_than(text: str, limit: int) -> int | None:
+    """The line (1-based) where nesting first passes `limit` collections, or None.
+
+    None too for a text that is not valid YAML before that point: the reader then reports
+    the syntax error with its own line. Parsing events never recurses, so any depth is safe to
+    count; libyaml is tried first for speed, and where it refuses (its own nesting cap, or a
+    real syntax error) the pure-Python parser, which has no cap, gives the answer.
+    """
+    if not could_pass(text, limit):
+        return None
+    parsers = (_CParser, yaml.SafeLoader) if _CParser is not None else (yaml.SafeLoader,)
+    for parser in parsers:
+        try:
+            return _first_past(yaml.parse(text, Loader=parser), limit)
+        except yaml.YAMLError:
+            continue
+    return None
+
+
+def _first_past(events: Iterable[yaml.Event], limit: int) -> int | None:
+    depth = 0
+    for event in events:
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > limit:
+                mark = event.start_mark
+                return mark.line + 1 if mark is not None else 1
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+    return None
+
+
+def syntax_error(exc: yaml.YAMLError) -> tuple[int | None, str]:
+    """(line, message) for a YAML syntax error: where it is, in our words, with the parser's
+    one-line reason after them (never its multi-line context, which quotes "<unicode string>")."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem", None)
+    line = mark.line + 1 if mark is not None else None
+    where = f" at line {line}, column {mark.column + 1}" if mark is not None else ""
+    reason = f" ({problem})" if isinstance(problem, str) and problem else ""
+    return line, f"not valid YAML{where}{reason}"
+
+
+_OS_PROBLEMS = {
+    errno.ENOENT: "no such file",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.EISDIR: "a folder, not a file",
+    errno.ENOTDIR: "a path through something that is not a folder",
+    errno.ELOOP: "a loop of symbolic links",
+}
+
+
+def unreadable(exc: OSError | UnicodeDecodeError) -> str:
+    """Why a file could not be read, in a few words."""
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8 text (byte {exc.start} cannot be decoded)"
+    return "cannot read it: " + _OS_PROBLEMS.get(exc.errno or 0, exc.strerror or "I/O error")
