@@ -9,6 +9,10 @@ from typing import Any
 import pytest
 import yaml
 from conftest import CORPUS, Webhook, review_for
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from webhook.server.review import BadReview, decode
 
 
 def envelope(**request: Any) -> bytes:
@@ -26,26 +30,34 @@ def without(key: str) -> bytes:
 BAD_BODIES = {
     "empty body": (b"", "empty body"),
     "not json": (b"{this is not json", "not valid JSON"),
-    "a json array": (b"[1, 2, 3]", "not an AdmissionReview"),
+    "a json array": (b"[1, 2, 3]", "body: expected an object, found an array"),
     "v1beta1 review": (
         json.dumps({**json.loads(envelope()), "apiVersion": "admission.k8s.io/v1beta1"}).encode(),
         "admission.k8s.io/v1",
     ),
-    "wrong kind": (json.dumps({**json.loads(envelope()), "kind": "Pod"}).encode(), "kind"),
+    "wrong kind": (
+        json.dumps({**json.loads(envelope()), "kind": "Pod"}).encode(),
+        "kind: 'Pod' is not one of: AdmissionReview",
+    ),
     "no request": (
         json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}).encode(),
         "request",
     ),
-    "no uid": (without("uid"), "request.uid"),
+    "no uid": (without("uid"), "request.uid: required field missing"),
     "empty uid": (envelope(uid=""), "request.uid"),
-    "unknown operation": (envelope(operation="PATCH"), "request.operation"),
-    "uid of wrong type": (envelope(uid=42), "request.uid"),
+    "unknown operation": (
+        envelope(operation="PATCH"),
+        "request.operation: 'PATCH' is not one of: CREATE, UPDATE, DELETE, CONNECT",
+    ),
+    "uid of wrong type": (envelope(uid=42), "request.uid: expected a string, found a number"),
+    "kind without its kind": (envelope(kind={}), "request.kind.kind: required field missing"),
+    "dryRun of wrong type": (envelope(dryRun="yes"), "request.dryRun: expected a boolean"),
     "deep nesting": (
         b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":'
         + b"[" * 100_000
         + b"]" * 100_000
         + b"}",
-        "request: Expected `object`",
+        "body is nested too deeply",
     ),
     "deep nesting inside the object": (
         json.dumps(review_for({"spec": {}, "x": "NEST"}, kind="Pod"))
@@ -180,3 +192,24 @@ def test_third_party_admission_fixtures_get_an_answer_never_a_5xx(
         else:
             assert resp.json()["error"]
     assert webhook.alive()
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner),
+    max_leaves=8,
+)
+_WANTS = {"uid": str, "operation": str, "name": str, "namespace": str, "dryRun": bool}
+
+
+@settings(max_examples=300, deadline=None)
+@given(field=st.sampled_from(sorted(_WANTS)), value=_JSON)
+def test_a_request_field_of_the_wrong_type_is_named_in_the_reason(field: str, value: Any) -> None:
+    review = review_for({"apiVersion": "v1", "kind": "Pod", "spec": {"containers": []}})
+    review["request"][field] = value
+    try:
+        decode(json.dumps(review).encode())
+    except BadReview as exc:
+        assert str(exc).startswith(f"not an AdmissionReview: request.{field}"), str(exc)
+    else:
+        assert type(value) is _WANTS[field], (field, value)

@@ -7,7 +7,6 @@ inside stays raw JSON for the pod views, which judge it field by field themselve
 from __future__ import annotations
 
 import base64
-import re
 from typing import Any, Literal
 
 import msgspec
@@ -66,22 +65,78 @@ class AdmissionReview(msgspec.Struct, frozen=True, rename="camel"):
 _DECODER = msgspec.json.Decoder(AdmissionReview)
 
 
-def _explain(exc: msgspec.MsgspecError) -> str:
-    text = str(exc)
-    if isinstance(exc, msgspec.ValidationError):
-        message, _, where = text.partition(" - at `$.")
-        where = where.rstrip("`")
-        missing = re.match(r"Object missing required field `(.+)`", message)
-        if missing:
-            field = f"{where}.{missing[1]}" if where else missing[1]
-            return f"not an AdmissionReview: {field}: required field missing"
-        if where == "apiVersion":
-            return f"not an AdmissionReview: apiVersion must be {API_VERSION} (v1 only)"
-        if not where:
-            # "Object missing required field `request`" names the field itself
-            return f"not an AdmissionReview: {message}"
-        return f"not an AdmissionReview: {where}: {message}"
-    return f"not an AdmissionReview: body is not valid JSON: {text}"
+# What a failed typed decode is explained against, in the project's words (never msgspec's,
+# which change between releases): each field, the JSON type it needs (or its allowed values),
+# and whether it is required. Only a body the fast decode refused is walked this way.
+_Spec = dict[str, tuple[str | tuple[str, ...], bool]]
+_ENVELOPE: _Spec = {"apiVersion": ((API_VERSION,), True), "kind": (("AdmissionReview",), True)}
+_REQUEST: _Spec = {
+    "uid": ("string", True),
+    "kind": ("object", True),
+    "operation": (("CREATE", "UPDATE", "DELETE", "CONNECT"), True),
+    "subResource": ("string", False),
+    "name": ("string", False),
+    "namespace": ("string", False),
+    "dryRun": ("boolean", False),
+}
+_GVK: _Spec = {"kind": ("string", True), "group": ("string", False), "version": ("string", False)}
+_JSON_TYPES = {b"{": "object", b"[": "array", b'"': "string", b"t": "boolean", b"f": "boolean"}
+
+
+def _json_type(raw: bytes) -> str:
+    first = raw.lstrip()[:1]
+    return "null" if first == b"n" else _JSON_TYPES.get(first, "number")
+
+
+def _members(raw: bytes, where: str) -> dict[str, msgspec.Raw]:
+    """The members of a JSON object one level deep (values left raw), or why it is not one."""
+    try:
+        return msgspec.json.decode(raw, type=dict[str, msgspec.Raw])
+    except msgspec.ValidationError:
+        raise BadReview(f"{where}: expected an object, found {_an(_json_type(raw))}") from None
+
+
+def _an(json_type: str) -> str:
+    return f"an {json_type}" if json_type[0] in "aeiou" else f"a {json_type}"
+
+
+def _check(members: dict[str, msgspec.Raw], spec: _Spec, prefix: str) -> None:
+    for name, (expected, required) in spec.items():
+        where = f"{prefix}{name}"
+        if name not in members:
+            if required:
+                raise BadReview(f"{where}: required field missing")
+            continue
+        raw = bytes(members[name])
+        found = _json_type(raw)
+        if isinstance(expected, tuple):
+            value = msgspec.json.decode(raw) if found == "string" else None
+            if value not in expected:
+                shown = repr(value) if found == "string" else _an(found)
+                if name == "apiVersion":
+                    raise BadReview(f"{where} must be {API_VERSION} (v1 only), found {shown}")
+                raise BadReview(f"{where}: {shown} is not one of: {', '.join(expected)}")
+        elif found != expected:
+            raise BadReview(f"{where}: expected {_an(expected)}, found {_an(found)}")
+
+
+def _explain(body: bytes) -> str:
+    """Why the typed decode refused `body`, found by walking it field by field."""
+    try:
+        envelope = _members(body, "body")
+        _check(envelope, _ENVELOPE, "")
+        if "request" not in envelope:
+            raise BadReview("request: required field missing")
+        request = _members(bytes(envelope["request"]), "request")
+        _check(request, _REQUEST, "request.")
+        _check(_members(bytes(request["kind"]), "request.kind"), _GVK, "request.kind.")
+    except BadReview as exc:
+        return f"not an AdmissionReview: {exc}"
+    except msgspec.DecodeError:
+        return "not an AdmissionReview: body is not valid JSON"
+    except RecursionError:
+        return "not an AdmissionReview: body is nested too deeply"
+    return "not an AdmissionReview"
 
 
 def decode(body: bytes) -> AdmissionReview:
@@ -90,8 +145,8 @@ def decode(body: bytes) -> AdmissionReview:
         raise BadReview("empty body: expected an AdmissionReview JSON object")
     try:
         review = _DECODER.decode(body)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        raise BadReview(_explain(exc)) from None
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        raise BadReview(_explain(body)) from None
     except RecursionError:
         raise BadReview("not an AdmissionReview: body is nested too deeply") from None
     if not review.request.uid:
