@@ -77,10 +77,15 @@ def test_inject_errors_name_the_option_and_the_path(tmp_path: Path) -> None:
     code, _, err = _cli("certs", "inject", "--ca", str(bad), "--file", str(tmp_path / "w.yaml"))
     assert code == 2 and err.startswith(f"gpu-admission: --ca {bad}: not a PEM certificate")
     code, _, err = _cli("certs", "inject", "--ca", str(tmp_path / "missing.crt"))
-    assert code == 2 and f"--ca {tmp_path / 'missing.crt'}: No such file" in err
+    assert code == 2 and f"--ca {tmp_path / 'missing.crt'}: cannot read it: no such file" in err
     paths = generate(tmp_path / "c", ["localhost"])
     code, _, err = _cli("certs", "inject", "--ca", str(paths.ca_cert), "--file", "nowhere.yaml")
     assert code == 2 and "--file nowhere.yaml: no such file" in err
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("webhooks: [unclosed\n")
+    code, _, err = _cli("certs", "inject", "--ca", str(paths.ca_cert), "--file", str(broken))
+    assert code == 2 and f"--file {broken}: not valid YAML at line 2" in err
+    assert "Traceback" not in err
 
 
 def test_version_is_the_installed_distributions(capsys: pytest.CaptureFixture[str]) -> None:

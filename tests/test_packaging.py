@@ -9,6 +9,7 @@ import tomllib
 from importlib.metadata import packages_distributions
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,39 +53,57 @@ def test_tests_and_benchmarks_import_only_declared_dependencies() -> None:
         assert _undeclared(ROOT / folder, declared) == set(), folder
 
 
-def _locked() -> dict[str, tuple[str, int]]:
-    """name -> (pinned version, number of hashes) of requirements.lock."""
-    pins: dict[str, tuple[str, int]] = {}
+def _locked(lock: str) -> dict[str, tuple[str, frozenset[str]]]:
+    """name -> (pinned version, its hashes) of a pip-compile lock."""
+    pins: dict[str, tuple[str, frozenset[str]]] = {}
     name = ""
-    for line in (ROOT / "requirements.lock").read_text().splitlines():
+    for line in (ROOT / lock).read_text().splitlines():
         text = line.strip()
         if not text or text.startswith("#"):
             continue
         if "==" in text and not text.startswith("--"):
             name, _, rest = text.partition("==")
             name = name.lower().replace("_", "-")
-            pins[name] = (rest.split()[0].rstrip("\\").strip(), 0)
+            pins[name] = (rest.split()[0].rstrip("\\").strip(), frozenset())
         elif text.startswith("--hash=") and name:
             version, hashes = pins[name]
-            pins[name] = (version, hashes + 1)
+            pins[name] = (version, hashes | {text.split()[0]})
     return pins
 
 
-def test_the_lock_pins_every_runtime_dependency_within_pyproject_with_hashes() -> None:
-    """The image installs requirements.lock with --require-hashes: it must agree with the
-    ranges pyproject.toml declares (regenerate it with the command in the README)."""
-    pins = _locked()
-    for spec in PROJECT["dependencies"]:
+# What each lock must pin: the image installs requirements.lock (the runtime and what builds
+# the project); `make run` and `make test` install requirements-dev.lock (that and the tests).
+LOCKS = {
+    "requirements.lock": ("build",),
+    "requirements-dev.lock": ("build", "test"),
+}
+
+
+@pytest.mark.parametrize("lock,extras", LOCKS.items(), ids=LOCKS.keys())
+def test_each_lock_pins_what_it_installs_within_pyproject_with_hashes(
+    lock: str, extras: tuple[str, ...]
+) -> None:
+    """Installed with --require-hashes: every pin needs its hashes, and must agree with the
+    ranges pyproject.toml declares (`make lock` regenerates both locks)."""
+    pins = _locked(lock)
+    wanted = PROJECT["dependencies"] + [
+        spec for extra in extras for spec in PROJECT["optional-dependencies"][extra]
+    ]
+    for spec in wanted:
         requirement = Requirement(spec)
         if requirement.marker is not None and not requirement.marker.evaluate(
             {"sys_platform": "linux"}
         ):
             continue
         name = requirement.name.lower().replace("_", "-")
-        assert name in pins, f"{name} is not in requirements.lock"
+        assert name in pins, f"{name} is not in {lock}: run `make lock`"
         version = pins[name][0]
-        assert requirement.specifier.contains(version, prereleases=True), (name, version)
-    assert all(hashes >= 1 for _, hashes in pins.values()), "every pin needs its hashes"
-    for spec in PROJECT["optional-dependencies"]["build"]:  # what builds the project, too
-        requirement = Requirement(spec)
-        assert requirement.specifier.contains(pins[requirement.name][0]), spec
+        assert requirement.specifier.contains(version, prereleases=True), (lock, name, version)
+    assert all(hashes for _, hashes in pins.values()), f"every pin of {lock} needs its hashes"
+
+
+def test_the_two_locks_agree_on_every_package_they_share() -> None:
+    """The dev venv runs what the image runs: same versions, same hashes, nothing extra."""
+    image, dev = _locked("requirements.lock"), _locked("requirements-dev.lock")
+    assert set(image) <= set(dev), set(image) - set(dev)
+    assert {name: dev[name] for name in image} == image

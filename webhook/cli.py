@@ -62,13 +62,14 @@ def _certs_generate(args: argparse.Namespace) -> int:
 
 def _certs_inject(args: argparse.Namespace) -> int:
     from webhook.certs.inject import check_pem, inject_ca_bundle_file
+    from webhook.yamlinput import unreadable
 
     ca, target = Path(args.ca), Path(args.file)
     try:
         pem = ca.read_bytes()
         check_pem(pem)
     except (OSError, ValueError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        reason = unreadable(exc) if isinstance(exc, OSError) else str(exc)
         print(f"gpu-admission: --ca {ca}: {reason}", file=sys.stderr)
         return 2
     if not target.is_file():

@@ -17,6 +17,8 @@ from typing import Any
 import yaml
 from cryptography import x509
 
+from webhook.yamlinput import syntax_error
+
 __all__ = [
     "WEBHOOK_CONFIGURATION_KINDS",
     "check_pem",
@@ -81,7 +83,10 @@ def inject_ca_bundle_file(path: Path, ca_pem: bytes) -> int:
     leaves the old one. Raises ValueError when the file holds no webhook to update.
     """
     text = path.read_text()
-    docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        raise ValueError(syntax_error(exc)[1]) from None
     updated = inject_ca_bundle(docs, ca_pem)
     count = sum(len(d.get("webhooks") or []) for d in updated if _is_webhook_configuration(d))
     if count == 0:

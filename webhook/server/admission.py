@@ -42,7 +42,8 @@ def subject_of(request: AdmissionRequest, rules: CompiledRuleSet) -> Subject | D
         obj = request.parsed_object()
         old = request.parsed_old_object() if request.operation == "UPDATE" else None
     except orjson.JSONDecodeError as exc:
-        return unreadable(request.kind.kind, "object", f"not readable JSON ({exc})")
+        where = f"line {exc.lineno}, column {exc.colno}"
+        return unreadable(request.kind.kind, "object", f"not readable JSON (at {where})")
     return subject_for(
         obj,
         group=request.kind.group,
