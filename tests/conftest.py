@@ -296,8 +296,10 @@ def schema_errors(obj: dict[str, Any]) -> list[str]:
     try:
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
     except kubernetes_validate.ValidationError as exc:
+        # Where and which keyword, not the message: it quotes the instance, so the same
+        # problem before and after a patch would read as two.
         where = ".".join(str(p) for p in exc.path)
-        return [f"{where}: {exc.message}"]
+        return [f"{where}: {exc.validator}"]
     return []
 
 

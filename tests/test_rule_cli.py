@@ -39,8 +39,10 @@ def test_every_setting_spelled_out_validates_against_the_exported_schema() -> No
     spelled_out = RuleSet().model_dump(by_alias=True, mode="json", exclude_none=True)
     jsonschema.validate(yaml.safe_load(yaml.safe_dump(spelled_out)), shipped)
     assert RuleSet.model_validate(spelled_out) == RuleSet()
-    with pytest.raises(jsonschema.ValidationError, match="maxSise"):
+    with pytest.raises(jsonschema.ValidationError) as refused:
         jsonschema.validate({"rules": {"gpu-shm": {"maxSise": "4Gi"}}}, shipped)
+    assert refused.value.validator == "additionalProperties"
+    assert list(refused.value.absolute_path) == ["rules", "gpu-shm"]
 
 
 def test_the_shipped_rules_pass_check() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import socket
 import ssl
@@ -41,9 +42,20 @@ CUT = Counter(
 )
 
 
+_LISTEN_PROBLEMS = {
+    errno.EADDRINUSE: "the port is already in use (another server, or an old one still running)",
+    errno.EADDRNOTAVAIL: "no interface of this machine has that address",
+    errno.EACCES: "permission denied (ports below 1024 need privileges)",
+}
+
+
 def _listening_socket(host: str, port: int, backlog: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.create_server((host, port), family=family, backlog=backlog)
+    try:
+        sock = socket.create_server((host, port), family=family, backlog=backlog)
+    except OSError as exc:
+        reason = _LISTEN_PROBLEMS.get(exc.errno or 0, exc.strerror or "refused by the system")
+        raise OSError(f"cannot listen on {host}:{port}: {reason}") from None
     sock.setblocking(False)
     return sock
 
