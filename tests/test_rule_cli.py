@@ -148,7 +148,42 @@ def test_explain_shows_where_each_setting_comes_from(tmp_path: Path) -> None:
     assert f'maxSize: "32Gi"    # {tmp_path}/base.yaml:3' in other.stdout
 
     exempt = run("explain", str(tmp_path), "--namespace", "kube-system")
-    assert "exempt" in exempt.stdout
+    assert "exempt: nothing in this namespace is changed or judged (a built-in exemption" in (
+        exempt.stdout
+    )
+
+
+def test_exemption_lists_add_up_across_files_and_explain_says_which_line(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "a-team.yaml").write_text("exemptions:\n  namespaces: [monitoring]\n")
+    (tmp_path / "b-team.yaml").write_text(
+        "exemptions:\n  namespaces:\n    - ml-infra\n  remove:\n    namespaces: [gpu-admission]\n"
+    )
+    explained = {
+        ns: run("explain", str(tmp_path), "--namespace", ns).stdout
+        for ns in ("monitoring", "ml-infra", "gpu-operator", "gpu-admission", "web")
+    }
+    assert (
+        f"(exemptions.namespaces: monitoring at {tmp_path}/a-team.yaml:2)"
+        in (explained["monitoring"])
+    )
+    assert f"(exemptions.namespaces: ml-infra at {tmp_path}/b-team.yaml:3)" in explained["ml-infra"]
+    assert "exempt: nothing" in explained["gpu-operator"]  # the built-in ones stay
+    assert (
+        f"not exempt (exemptions.remove.namespaces at {tmp_path}/b-team.yaml:5 takes its "
+        "built-in exemption away)" in explained["gpu-admission"]
+    )
+    assert "not exempt" in explained["web"] and "global mode" in explained["web"]
+
+
+def test_only_a_built_in_exemption_can_be_removed(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text("exemptions:\n  remove:\n    namespaces: [monitoring]\n")
+    result = run("check", str(tmp_path))
+    assert result.returncode != 0
+    assert "monitoring: not a built-in exempt namespace; the built-in ones are kube-system" in (
+        result.stdout + result.stderr
+    )
 
 
 def _override(name: str, value: str, **select: Any) -> dict[str, Any]:

@@ -119,7 +119,7 @@ class CompiledRuleSet:
     def __init__(self, ruleset: RuleSet) -> None:
         self.source = ruleset
         ex = ruleset.exemptions
-        self.exempt_namespaces = NamePatterns(ex.namespaces)
+        self.exempt_namespaces = NamePatterns(ex.all_namespaces)
         self.exempt_namespace_selector = ex.namespace_selector
         self.exempt_pods = ex.pod_selector
         self.exempt_accounts = NamePatterns(ex.service_accounts) if ex.service_accounts else None

@@ -85,7 +85,7 @@ def match_constraints(table: WorkloadTable) -> dict[str, Any]:
 def exempt_conditions(rules: CompiledRuleSet) -> list[dict[str, str]]:
     """The exempt namespaces, patterns included. A cluster-scoped object is judged as in the
     namespace `default`, as the webhook judges it (it has none of its own)."""
-    names = rules.source.exemptions.namespaces
+    names = rules.source.exemptions.all_namespaces
     if not names:
         return []
     ns = "(request.namespace == '' ? 'default' : request.namespace)"
@@ -94,7 +94,7 @@ def exempt_conditions(rules: CompiledRuleSet) -> list[dict[str, str]]:
 
 def namespace_selector(rules: CompiledRuleSet) -> dict[str, Any]:
     """The binding's matchResources: exact exempt names never reach the CEL at all."""
-    exact = [n for n in rules.source.exemptions.namespaces if not is_pattern(n)]
+    exact = [n for n in rules.source.exemptions.all_namespaces if not is_pattern(n)]
     if not exact:
         return {}
     return {

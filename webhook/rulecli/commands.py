@@ -11,6 +11,7 @@ from typing import Any, TextIO
 from webhook.engine.compiled import compile_rules
 from webhook.rulecli.cases import load_cases, run_case
 from webhook.rulecli.webhooks import render_webhooks
+from webhook.ruleset.defaults import DEFAULT_EXEMPT_NAMESPACES
 from webhook.ruleset.files import LoadedRules, RuleFileError, load_rules_with_sources
 from webhook.ruleset.models import Override, RuleSet
 from webhook.ruleset.resolve import resolve
@@ -166,6 +167,29 @@ def test(folder: Path | None, cases: list[Path], out: TextIO) -> int:
     return 0 if failed == 0 and not problems and found else 1
 
 
+def exemption_of(
+    loaded: LoadedRules, namespace: str, labels: dict[str, str] | None
+) -> tuple[bool, str]:
+    """Whether a namespace is exempt, and what made it so (or took a built-in exemption away),
+    with the file and line that said it."""
+    ex = loaded.rules.exemptions
+    for i, pattern in enumerate(ex.namespaces):
+        if matches_any(namespace, [pattern]):
+            where = loaded.lines.get(("exemptions", "namespaces", i), "")
+            return True, f"exemptions.namespaces: {pattern} at {where}".removesuffix(" at ")
+    removed = [i for i, n in enumerate(ex.remove.namespaces) if n == namespace]
+    if removed:
+        where = loaded.lines.get(("exemptions", "remove", "namespaces", removed[0]), "")
+        return False, f"exemptions.remove.namespaces at {where} takes its built-in exemption away"
+    if namespace in DEFAULT_EXEMPT_NAMESPACES:
+        return True, "a built-in exemption; exemptions.remove.namespaces takes it away"
+    selector = ex.namespace_selector
+    if labels is not None and selector is not None and selector.matches(labels):
+        where = loaded.lines.get(("exemptions", "namespaceSelector"), "")
+        return True, f"its labels match exemptions.namespaceSelector at {where}"
+    return False, ""
+
+
 def explain(folder: Path | None, namespace: str, labels: dict[str, str] | None, out: TextIO) -> int:
     loaded = _load(folder, out)
     if loaded is None:
@@ -173,13 +197,11 @@ def explain(folder: Path | None, namespace: str, labels: dict[str, str] | None, 
     rs = loaded.rules
     shown = ", ".join(f"{k}={v}" for k, v in sorted(labels.items())) if labels else "unknown"
     print(f"namespace {namespace} (labels: {shown})", file=out)
-    if matches_any(namespace, rs.exemptions.namespaces) or (
-        labels is not None
-        and rs.exemptions.namespace_selector is not None
-        and rs.exemptions.namespace_selector.matches(labels)
-    ):
-        print("exempt: nothing in this namespace is changed or judged", file=out)
+    exempt, why = exemption_of(loaded, namespace, labels)
+    if exempt:
+        print(f"exempt: nothing in this namespace is changed or judged ({why})", file=out)
         return 0
+    print(f"not exempt ({why})" if why else "not exempt", file=out)
     resolved = resolve(rs, namespace, labels)
     print(f"global mode: {rs.mode}", file=out)
     effective = resolved.rules.rules.model_dump(by_alias=True, mode="json")

@@ -253,7 +253,7 @@ has(object.kind) && has(object.apiVersion) && ([
 
 
 def _skipped_namespaces(source: RuleSet) -> list[str]:
-    exact = [n for n in source.exemptions.namespaces if not is_pattern(n)]
+    exact = [n for n in source.exemptions.all_namespaces if not is_pattern(n)]
     return list(dict.fromkeys([*ALWAYS_SKIPPED, *exact]))
 
 

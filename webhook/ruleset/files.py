@@ -211,9 +211,18 @@ def _workload_key(item: Any) -> Any:
     return (group, kind) if isinstance(group, str) and isinstance(kind, str) else None
 
 
-_KEYED_LISTS: dict[str, Callable[[Any], Any]] = {
-    "overrides": _override_key,
-    "workloads": _workload_key,
+def _itself(item: Any) -> Any:
+    return item if isinstance(item, str) else None
+
+
+# By field path. Exemption lists add up across files as they add to the built-in ones: two
+# teams' files that each exempt their own namespace both count.
+_KEYED_LISTS: dict[Path_, Callable[[Any], Any]] = {
+    ("overrides",): _override_key,
+    ("workloads",): _workload_key,
+    ("exemptions", "namespaces"): _itself,
+    ("exemptions", "serviceAccounts"): _itself,
+    ("exemptions", "remove", "namespaces"): _itself,
 }
 
 
@@ -242,13 +251,8 @@ def _layer(
             if isinstance(value, dict) and isinstance(old, dict):
                 lines[here] = file_lines.get(here, lines.get(here, ""))
                 lay(old, value, here)
-            elif (
-                at == ()
-                and key in _KEYED_LISTS
-                and isinstance(value, list)
-                and isinstance(old, list)
-            ):
-                key_of = _KEYED_LISTS[key]
+            elif here in _KEYED_LISTS and isinstance(value, list) and isinstance(old, list):
+                key_of = _KEYED_LISTS[here]
                 index = {key_of(item): i for i, item in enumerate(old) if key_of(item) is not None}
                 mine: set[Any] = set()  # one file naming an entry twice keeps both: refused
                 for j, item in enumerate(value):
@@ -260,8 +264,8 @@ def _layer(
                         old.append(item)
                     else:
                         old[i] = item
-                        forget((key, i))
-                    take((key, j), (key, i))
+                        forget((*here, i))
+                    take((*here, j), (*here, i))
             else:
                 forget(here)
                 base[key] = value

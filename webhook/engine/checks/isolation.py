@@ -113,10 +113,7 @@ def _exemption(pod: PodView, ctx: Context, why: str) -> str:
     one (the narrower grant), else its namespace."""
     ns = ctx.namespace
     account = pod.spec.get("serviceAccountName") or "default"
-    by_namespace = (
-        f"exemptions.namespaces: [{ns}] (beside the namespaces already listed: a list there "
-        "replaces the defaults)"
-    )
+    by_namespace = f"exemptions.namespaces: [{ns}] (added to the built-in exempt namespaces)"
     by_account = f'exemptions.serviceAccounts: ["{ns}/{account}"]'
     if account == "default":
         options = f"{by_namespace} or {by_account} (every pod of {ns} naming no account)"
