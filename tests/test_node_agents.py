@@ -176,3 +176,49 @@ def test_a_node_agent_that_can_reach_gpu_nodes_is_denied_not_silently_given_void
         assert [op["value"] for op in decision.patch] == [
             [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]
         ]
+
+
+# Where each component's own install docs or chart put it (webhook/ruleset/defaults.py cites
+# them): its privileged node agent runs there untouched from the first day.
+COMPONENT_NAMESPACES = [
+    "nvidia-device-plugin",
+    "gpu-feature-discovery",
+    "dra-driver-nvidia-gpu",
+    "nvidia-dra-driver-gpu",
+    "network-operator",
+    "openshift-amd-gpu",
+    "habana-system",
+    "habana-ai-operator",
+    "kai-resource-reservation",
+    "kai-scale-adjust",
+    "runai-reservation",
+]
+PLUGIN = {
+    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+    "containers": [
+        container(
+            securityContext={"privileged": True},
+            env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}],
+        )
+    ],
+    "volumes": [host("dp", "/var/lib/kubelet/device-plugins"), host("dev", "/dev")],
+}
+
+
+@pytest.mark.parametrize("namespace", COMPONENT_NAMESPACES)
+def test_a_gpu_component_in_its_documented_namespace_runs_untouched(namespace: str) -> None:
+    decision = evaluate(subject_for(daemonset(PLUGIN), namespace=namespace), RULES, None)
+    assert decision.allowed and not decision.patch and not decision.judged
+
+
+def test_a_component_applied_into_default_is_denied_naming_the_account_to_exempt() -> None:
+    """Static GPU feature discovery, dcgm-exporter and Intel's GPU plugin land in the current
+    namespace under its `default` account; `default` itself is never exempt."""
+    message = _denial(daemonset(PLUGIN), "default")
+    assert 'exemptions.serviceAccounts: ["default/default"]' in message
+    mig_manager = {**PLUGIN, "serviceAccountName": "nvidia-mig-manager-service-account"}
+    message = _denial(daemonset(mig_manager), "default")
+    assert (
+        'exemptions.serviceAccounts: ["default/nvidia-mig-manager-service-account"] '
+        "(this account alone)"
+    ) in message
