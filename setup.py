@@ -38,6 +38,7 @@ COMPILED = [
     "webhook/engine/checks/shm.py",
     "webhook/engine/checks/trust.py",
     "webhook/engine/claims.py",
+    "webhook/engine/sharing.py",
     "webhook/engine/decision.py",
     "webhook/engine/findings.py",
     "webhook/engine/context.py",

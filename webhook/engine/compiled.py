@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from webhook.engine.checks import MUTATIONS, VALIDATIONS, Mutation, Validation
 from webhook.engine.decision import Mode
 from webhook.engine.prefilter import gated, markers, might_apply
+from webhook.engine.sharing import SharingSchedulers
 from webhook.engine.workloads import workload_table
 from webhook.facts.model import Node
 from webhook.quantity import Amount
@@ -131,6 +132,7 @@ class CompiledRuleSet:
         self._gated = gated(self.markers)
         # Where each kind keeps its pod specs: shipped kinds and the rule set's own.
         self.workloads = workload_table(ruleset.workloads)
+        self.sharing = SharingSchedulers(ruleset.gpu_sharing)
         # The GPU taint keys of the rule set and its overrides, as the fast path knows them.
         self.taint_keys = frozenset(t.key for t in ruleset.rules.gpu_tolerations.tolerations) | {
             t["key"]

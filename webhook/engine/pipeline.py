@@ -22,6 +22,7 @@ from webhook.engine.decision import Decision, Mode, combine, unreadable
 from webhook.engine.findings import Finding
 from webhook.engine.patch import clone, diff, working_copy
 from webhook.engine.podviews import PodView, UnreadableObject, pod_views
+from webhook.engine.sharing import mark_shared
 from webhook.engine.subject import Subject
 from webhook.facts.model import Facts, PodGpus
 
@@ -146,6 +147,7 @@ def _scope(
     views = pod_views(
         subject.obj, group=subject.group, kind=subject.kind, is_gpu=compiled.is_gpu, table=table
     )
+    views = mark_shared(views, rules.sharing)
     if ephemeral:
         views = _new_ephemeral(subject, views)
     elif subject.operation == "UPDATE" and views and subject.old_obj is not None:

@@ -88,6 +88,10 @@ class ContainerView:
     # then also sets `asks_gpu`.
     claims: tuple[tuple[str, str], ...] = ()
     gpu_classes: tuple[str, ...] = ()
+    # The GPU resource a GPU-sharing scheduler gives it part of ("": none; `engine.sharing`,
+    # which also sets `asks_gpu`): its NVIDIA_VISIBLE_DEVICES comes from the scheduler's
+    # ConfigMap, and it tolerates that resource's GPU taints.
+    shared_gpu: str = ""
 
     def locate(self, spec: dict[str, Any]) -> dict[str, Any]:
         """The same container inside another copy of the pod spec (a mutation's working copy)."""
@@ -155,6 +159,8 @@ class PodView:
     # several rules that ask. Not an __init__ field: a `dataclasses.replace` copy (other
     # containers) starts without it.
     gpus_held: dict[str, Amount] | None = field(default=None, init=False, repr=False)
+    # The pod's (or template's) annotations: GPU-sharing schedulers read their asks there.
+    annotations: dict[str, Any] = field(default_factory=dict)
 
     @property
     def asks_gpu(self) -> bool:
@@ -267,10 +273,10 @@ def _containers(
     return tuple(views)
 
 
-def _labels(meta: Any) -> dict[str, Any]:
+def _labels(meta: Any, key: str = "labels") -> dict[str, Any]:
     if not isinstance(meta, dict):
         return {}
-    labels = meta.get("labels")
+    labels = meta.get(key)
     return labels if isinstance(labels, dict) else {}
 
 
@@ -375,6 +381,7 @@ def pod_views(
                     field_path=spec_path,
                     kind=kind,
                     labels=_labels(meta),
+                    annotations=_labels(meta, "annotations"),
                     owner_kinds=_owner_kinds(meta) if kind == "Pod" else (kind,),
                     containers=_containers(spec, spec_path, is_gpu, workload.inline),
                     replicas=replicas,

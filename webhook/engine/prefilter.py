@@ -71,6 +71,12 @@ def markers(rules: RuleSet) -> tuple[bytes, ...] | None:
     found.update(_domain(k).encode() for k in taint_keys)
     # A pod that selects GPU node labels can land on GPU nodes (the GPU-access rules).
     found.update(_domain(p).encode() for p in rules.rules.gpu_schedulable.gpu_label_prefixes)
+    # A pod given part of a GPU by a sharing scheduler names it (engine.sharing), quoted as a
+    # JSON string value.
+    schedulers = rules.gpu_sharing.schedulers
+    if any(len(s) < 3 or '"' in s or "\\" in s for s in schedulers):
+        return None
+    found.update(f'"{s}"'.encode() for s in schedulers)
     # A marker that contains another is redundant: "nvidia.com/gpumem" has "nvidia.com/gpu".
     return tuple(sorted(m for m in found if not any(o != m and o in m for o in found)))
 

@@ -82,6 +82,11 @@ def _tolerations(compiled: CompiledRules) -> str:
         "p.cs.filter(r, r.asks).map(r, (r.lim.map(n, n) + r.req.map(n, n)"
         f".filter(n, !(n in r.lim))).filter(n, {gpu} && {positive})).flatten()"
     )
+    sharing = compiled.ruleset.gpu_sharing
+    if sharing.schedulers and sharing.annotations:
+        # Part of a GPU from a GPU-sharing scheduler asks for its resource's toleration.
+        shared = f"[{q(sharing.resource)}]"
+        asked += f" + (p.cs.exists(r, 'shared' in r && r.shared) ? {shared} : [])"
     current = (
         "('tolerations' in p.s.spec && type(p.s.spec.tolerations) == list"
         " ? p.s.spec.tolerations : [])"

@@ -74,23 +74,25 @@ def kind_test(workloads: Iterable[Workload]) -> str:
     return "(" + " || ".join(parts) + ")"
 
 
-def _record(spec: str, key: str, lone: bool, mutable: bool, labels: bool) -> str:
+def _record(spec: str, key: str, lone: bool, mutable: bool, labels: bool, notes: bool) -> str:
     extra = (", 'labels': " + ("{}" if lone else "@labels")) if labels else ""
+    extra += (", 'notes': " + ("{}" if lone else "@notes")) if notes else ""
     return (
         f"{{'spec': {spec}, 'ptr': @ptr, 'path': @path, 'key': {q(key)}, "
         f"'lone': {str(lone).lower()}, 'mutable': {str(mutable).lower()}{extra}}}"
     )
 
 
-def _labels(parent: str | None) -> str:
-    """The labels in the metadata beside the pod spec (a template's; a Pod's own), as the
-    engine reads them for podSelector exemptions; {} where there are none."""
+def _labels(parent: str | None, key: str = "labels") -> str:
+    """The labels (or annotations) in the metadata beside the pod spec (a template's; a Pod's
+    own), as the engine reads them: for podSelector exemptions, and for GPU-sharing
+    schedulers' asks; {} where there are none."""
     if parent is None:
         return "{}"
     meta = f"{parent}.metadata"
     return (
         f"(type({parent}) == map && 'metadata' in {parent} && type({meta}) == map"
-        f" && 'labels' in {meta} && type({meta}.labels) == map ? {meta}.labels : {{}})"
+        f" && {q(key)} in {meta} && type({meta}.{key}) == map ? {meta}.{key} : {{}})"
     )
 
 
@@ -99,6 +101,7 @@ def _fill(build: str, value: str, ptr: str, path: str, parent: str | None) -> st
         build.replace("@ptr", ptr)
         .replace("@path", path)
         .replace("@labels", _labels(parent))
+        .replace("@notes", _labels(parent, "annotations"))
         .replace("@v", value)
     )
 
@@ -154,9 +157,10 @@ def _collect(root: str, segments: tuple[str, ...], build: str) -> str:
     )
 
 
-def pod_specs(table: WorkloadTable, root: str, *, labels: bool = False) -> str:
+def pod_specs(table: WorkloadTable, root: str, *, labels: bool = False, notes: bool = False) -> str:
     """The CEL list of pod-spec records in `root`: each path once, for the kinds that have it
-    (in table order, as the engine's views come); `labels`: with the pods' labels."""
+    (in table order, as the engine's views come); `labels`, `notes`: with the pods' labels,
+    annotations."""
     paths: dict[tuple[tuple[str, ...], str, bool, bool], list[Workload]] = {}
     for w in table.kinds:
         for segments in w.spec_paths:
@@ -167,7 +171,7 @@ def pod_specs(table: WorkloadTable, root: str, *, labels: bool = False) -> str:
     for (segments, key, lone, mutable), kinds in paths.items():
         # dyn() first: the apiserver's CEL wants a map literal's values of one type (or dyn).
         spec = "dyn({'containers': [@v]})" if lone else "dyn(@v)"
-        record = _record(spec, key, lone, mutable, labels)
+        record = _record(spec, key, lone, mutable, labels, notes)
         parts.append(f"({kind_test(kinds)}\n    ? {_collect(root, segments, record)} : [])")
     # A list of lists, flattened: `a + b + c...` would nest one level per path.
     return "[\n  " + ",\n  ".join(parts) + "\n].flatten()" if parts else "[]"
@@ -188,13 +192,19 @@ def _amounts(res: str, section: str) -> str:
     return f"({q(section)} in {res} && type({res}.{section}) == map ? {res}.{section} : {{}})"
 
 
-def containers(s: str, inline: Iterable[str], asks: Callable[[str], str]) -> str:
+def containers(
+    s: str,
+    inline: Iterable[str],
+    asks: Callable[[str], str],
+    shared: Callable[[str], str] | None = None,
+) -> str:
     """The CEL list of container records of the pod-spec record `s`.
 
     `ptr` is its JSON pointer; `role` is init, sidecar, main or ephemeral; `lim` and `req` are
     its limits and requests (every resource, as written); `key` and `mutable` come from the pod
     spec's record; `asks` is whether it asks for a GPU (`asks(r)` is that test for a record
-    `r` with `lim` and `req`).
+    `r` with `lim` and `req`), or is given part of one by a GPU-sharing scheduler (`shared`,
+    then also a field of its own).
     """
     spec = f"{s}.spec"
     parts = []
@@ -242,8 +252,9 @@ def containers(s: str, inline: Iterable[str], asks: Callable[[str], str]) -> str
         f"{{{keep}, 'key': {s}.key, 'mutable': {s}.mutable, "
         f"'lim': {_amounts('r.res', 'limits')}, 'req': {_amounts('r.res', 'requests')}}}"
     )
-    full = (
-        f"{{{keep}, 'key': r.key, 'mutable': r.mutable, 'lim': r.lim, 'req': r.req, "
-        f"'asks': {asks('r')}}}"
-    )
+    if shared is None:
+        flags = f"'asks': {asks('r')}"
+    else:
+        flags = f"'asks': {asks('r')} || {shared('r')}, 'shared': {shared('r')}"
+    full = f"{{{keep}, 'key': r.key, 'mutable': r.mutable, 'lim': r.lim, 'req': r.req, {flags}}}"
     return f"{base}\n    .map(r, {amounts})\n    .map(r, {full})"

@@ -16,9 +16,10 @@ from typing import Any
 from webhook.engine.compiled import CompiledRuleSet
 from webhook.engine.decision import Mode
 from webhook.engine.workloads import WorkloadTable
-from webhook.export.cel import name_test, selector_test
+from webhook.export.cel import name_test, q, qlist, selector_test
 from webhook.export.podspecs import containers, pod_specs
 from webhook.export.validations import asks_gpu
+from webhook.ruleset.models import GpuSharing
 from webhook.selectors import is_pattern
 
 __all__ = [
@@ -147,12 +148,41 @@ def _exempt(rules: CompiledRuleSet) -> tuple[str, str]:
     return whole, " || ".join(spec) or "false"
 
 
+def shared_gpu(sharing: GpuSharing, r: str) -> str:
+    """CEL: container record `r` of pod-spec record `s` is the one a GPU-sharing scheduler
+    gives part of a GPU to (`engine.sharing`): the pod names the scheduler and carries one of
+    its annotations; the container is the one the container annotation names, else the first
+    regular one."""
+    named = f"s.notes[{q(sharing.container_annotation)}]"
+    has_named = f"({q(sharing.container_annotation)} in s.notes && type({named}) == string"
+    has_named += f" && {named} != '')"
+    asks = (
+        f"{qlist(sharing.annotations)}.exists(a, a in s.notes"
+        " && type(s.notes[a]) == string && s.notes[a] != '')"
+    )
+    which = (
+        f"({has_named} ? ('name' in {r}.c && {r}.c.name == {named})"
+        f" : ({r}.role == 'main' && {r}.ptr == s.ptr + '/containers/0'))"
+    )
+    return (
+        f"(!s.lone && 'schedulerName' in s.spec && s.spec.schedulerName in "
+        f"{qlist(sharing.schedulers)} && {asks} && {r}.role != 'ephemeral' && {which})"
+    )
+
+
 def pod_variables(rules: CompiledRuleSet) -> list[dict[str, str]]:
     """`variables.pods`: one {'s': pod-spec record, 'cs': its container records} per pod spec
     the engine would look at (see `podspecs` for the records)."""
     compiled, table = rules.base, rules.workloads
     inline = [k for w in table.kinds for k in w.inline]
-    per_spec = containers("s", inline, lambda r: asks_gpu(compiled, r))
+    sharing = rules.source.gpu_sharing
+    with_notes = bool(sharing.schedulers and sharing.annotations)
+    per_spec = containers(
+        "s",
+        inline,
+        lambda r: asks_gpu(compiled, r),
+        (lambda r: shared_gpu(sharing, r)) if with_notes else None,
+    )
     whole, spec_exempt = _exempt(rules)
     with_labels = rules.source.exemptions.pod_selector is not None
     return [
@@ -162,7 +192,7 @@ def pod_variables(rules: CompiledRuleSet) -> list[dict[str, str]]:
             "expression": (
                 "([object] + (request.operation == 'UPDATE' && oldObject != null"
                 " ? [oldObject] : []))\n.map(root, "
-                + pod_specs(table, "root", labels=with_labels)
+                + pod_specs(table, "root", labels=with_labels, notes=with_notes)
                 + ")"
             ),
         },

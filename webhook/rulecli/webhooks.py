@@ -140,6 +140,7 @@ class _Names:
         self.label_prefixes = list(dict.fromkeys(prefixes))
         self.device_paths = list(dict.fromkeys(paths))
         self.inline = list(dict.fromkeys(k for w in rules.workloads.kinds for k in w.inline))
+        self.schedulers = list(source.gpu_sharing.schedulers)
 
 
 def _device_prefixes(patterns: Iterable[str]) -> tuple[list[str], list[str]]:
@@ -217,7 +218,9 @@ def _pod_test(names: _Names) -> str:
                     {labels}.exists(x, has(e.key) && e.key.startsWith(x)))))
             || (has(p.nodeName) && p.nodeName != '')
             // (e) DRA: resource claims, whose device class only the webhook's facts can tell
-            || (has(p.resourceClaims) && size(p.resourceClaims) > 0)"""
+            || (has(p.resourceClaims) && size(p.resourceClaims) > 0)
+            // (f) a GPU-sharing scheduler, which gives part of a GPU through annotations
+            || (has(p.schedulerName) && p.schedulerName in {qlist(names.schedulers)})"""
 
 
 def gpu_workload_condition(rules: CompiledRuleSet) -> str:

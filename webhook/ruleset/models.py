@@ -478,6 +478,21 @@ class ClusterSettings(_Model):
     max_staleness_seconds: int = Field(default=300, ge=1)
 
 
+class GpuSharing(_Model):
+    """Schedulers that give a pod part of a GPU through annotations, not a resource: KAI
+    Scheduler and Run:ai (`gpu-fraction: "0.5"`, `gpu-memory: "2000"`). A pod that names one of
+    them in spec.schedulerName and carries one of the annotations is a GPU pod: the container
+    the sharing applies to (the one `containerAnnotation` names, else the first container)
+    counts as asking for a GPU, and the NVIDIA_VISIBLE_DEVICES the scheduler's own webhook sets
+    in it from a ConfigMap (valueFrom.configMapKeyRef, filled by its binder) is admitted."""
+
+    schedulers: list[str] = Field(default_factory=lambda: ["kai-scheduler", "runai-scheduler"])
+    annotations: list[str] = Field(default_factory=lambda: ["gpu-fraction", "gpu-memory"])
+    container_annotation: str = "gpu-fraction-container-name"
+    # What the shared GPUs are, for the rules keyed by resource name (gpu-tolerations).
+    resource: str = Field(default="nvidia.com/gpu", min_length=1)
+
+
 class RuleSet(_Model):
     """A whole rule set as loaded from the rule folder."""
 
@@ -486,6 +501,7 @@ class RuleSet(_Model):
     mode: ModeName = "enforce"
     gpu_resources: list[str] = Field(default_factory=lambda: list(DEFAULT_GPU_RESOURCES))
     gpu_device_classes: GpuDeviceClasses = Field(default_factory=GpuDeviceClasses)
+    gpu_sharing: GpuSharing = Field(default_factory=GpuSharing)
     exemptions: Exemptions = Field(default_factory=Exemptions)
     cluster: ClusterSettings = Field(default_factory=ClusterSettings)
     rules: RuleSettings = Field(default_factory=RuleSettings)

@@ -31,6 +31,7 @@ from webhook.engine.context import Context
 from webhook.engine.findings import Finding
 from webhook.engine.podviews import ContainerView, PodView
 from webhook.engine.reach import can_reach_gpu_nodes
+from webhook.engine.sharing import scheduler_config_map_ref
 from webhook.facts.model import VISIBLE_DEVICES
 from webhook.ruleset.defaults import DEFAULT_DEVICE_PATHS
 
@@ -223,6 +224,8 @@ def visible_devices(pod: PodView, ctx: Context) -> Iterator[Finding]:
             i, env = explicit
             field = f"{c.field_path}.env[{i}]"
             if env.get("valueFrom") is not None:
+                if c.shared_gpu and scheduler_config_map_ref(env):
+                    continue  # the GPU-sharing scheduler's binder fills it (engine.sharing)
                 found = "set through valueFrom"
             elif env.get("value") is not None and env.get("value") not in allowed:
                 found = f"set to {env.get('value')!r}"
@@ -276,7 +279,13 @@ def _finding(
     advisory: bool,
 ) -> Finding:
     allowed = ", ".join(repr(v) for v in ctx.settings.visible_devices.allowed_values)
-    if c.asks_gpu:
+    if c.shared_gpu:
+        how = (
+            "the GPU-sharing scheduler's webhook sets this variable from a ConfigMap its binder "
+            "fills (valueFrom.configMapKeyRef), and any other source can expose every GPU on "
+            "the node"
+        )
+    elif c.asks_gpu:
         how = (
             "the device plugin sets this variable to the devices it allocated, and any other "
             "value can expose every GPU on the node"

@@ -40,6 +40,7 @@ def needed_tolerations(pod: PodView, ctx: Context) -> list[TolerationSpec]:
         for name, value in {**c.gpu_requests, **c.gpu_limits}.items()
         if value > 0
     }
+    asked.update(c.shared_gpu for c in pod.containers if c.shared_gpu)
     classes = {name for c in pod.containers for name in c.gpu_classes}
     return [
         spec

@@ -1,0 +1,68 @@
+"""Pods given part of a GPU by a GPU-sharing scheduler (KAI Scheduler, Run:ai).
+
+Such a pod asks for no GPU resource: its `gpu-fraction` or `gpu-memory` annotation is the ask,
+its `schedulerName` the scheduler that honours it, and that scheduler's own webhook points the
+shared container's NVIDIA_VISIBLE_DEVICES at a ConfigMap its binder fills at bind time. Left
+alone, the rules would see a pod that asks for no GPU yet tolerates GPU taints and sets the
+variable through valueFrom, and refuse it. Marked here, once, before any rule runs: the shared
+container asks for a GPU (so tolerations, /dev/shm, probes and priority apply as to any GPU
+pod), and `shared_gpu` lets visible-devices admit the ConfigMap reference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from webhook.engine.podviews import ContainerView, PodView
+from webhook.ruleset.models import GpuSharing
+
+__all__ = ["SharingSchedulers", "mark_shared", "scheduler_config_map_ref"]
+
+
+class SharingSchedulers:
+    """The rule set's GPU-sharing settings, ready for a per-review test."""
+
+    def __init__(self, settings: GpuSharing) -> None:
+        self.schedulers = frozenset(settings.schedulers)
+        self.annotations = tuple(settings.annotations)
+        self.container_annotation = settings.container_annotation
+        self.resource = settings.resource
+
+    def target(self, pod: PodView) -> ContainerView | None:
+        """The container a sharing scheduler gives part of a GPU to, or None."""
+        if pod.spec.get("schedulerName") not in self.schedulers:
+            return None
+        notes = pod.annotations
+        if not any(isinstance(notes.get(a), str) and notes.get(a) for a in self.annotations):
+            return None
+        named = notes.get(self.container_annotation)
+        candidates = [c for c in pod.containers if not c.ephemeral]
+        if isinstance(named, str) and named:
+            return next((c for c in candidates if c.name == named), None)
+        return next((c for c in candidates if not c.init), None)
+
+
+def mark_shared(views: list[PodView], sharing: SharingSchedulers) -> list[PodView]:
+    """The views with each sharing pod's shared container marked (new views; others as they
+    were)."""
+    out = []
+    for view in views:
+        target = sharing.target(view)
+        if target is None or target.shared_gpu:
+            out.append(view)
+            continue
+        marked = dataclasses.replace(target, asks_gpu=True, shared_gpu=sharing.resource)
+        containers = tuple(marked if c is target else c for c in view.containers)
+        out.append(dataclasses.replace(view, containers=containers))
+    return out
+
+
+def scheduler_config_map_ref(env: Mapping[str, Any]) -> bool:
+    """An env entry whose value the sharing scheduler's binder fills: a ConfigMap key ref."""
+    source = env.get("valueFrom")
+    if not isinstance(source, dict) or set(source) != {"configMapKeyRef"}:
+        return False
+    ref = source["configMapKeyRef"]
+    return isinstance(ref, dict) and isinstance(ref.get("name"), str) and bool(ref.get("name"))
