@@ -310,7 +310,15 @@ def _check_pod_fields(spec: dict[str, Any], spec_path: str) -> None:
     if not lists_ok(spec, ("tolerations", "volumes")):
         for list_name in ("tolerations", "volumes"):
             list_of_mappings(spec.get(list_name), f"{spec_path}.{list_name}")
-    for text_field in ("priorityClassName", "nodeName", "serviceAccountName"):
+    for i, toleration in enumerate(spec.get("tolerations") or ()):
+        for key in ("key", "operator", "effect"):
+            value = toleration.get(key)
+            if value is not None and not isinstance(value, str):
+                raise UnreadableObject(
+                    f"{spec_path}.tolerations[{i}].{key}",
+                    f"expected a string, found {type(value).__name__}",
+                )
+    for text_field in ("priorityClassName", "nodeName", "serviceAccountName", "schedulerName"):
         value = spec.get(text_field)
         if value is not None and not isinstance(value, str):
             raise UnreadableObject(

@@ -32,7 +32,8 @@ class SharingSchedulers:
 
     def target(self, pod: PodView) -> ContainerView | None:
         """The container a sharing scheduler gives part of a GPU to, or None."""
-        if pod.spec.get("schedulerName") not in self.schedulers:
+        scheduler = pod.spec.get("schedulerName")
+        if not isinstance(scheduler, str) or scheduler not in self.schedulers:
             return None
         notes = pod.annotations
         if not any(isinstance(notes.get(a), str) and notes.get(a) for a in self.annotations):

@@ -40,12 +40,12 @@ _K = TypeVar("_K", bound=Hashable)
 
 def _select(root: str, fields: Iterable[str]) -> tuple[str, list[str]]:
     """`root.a.b` and the guards that make reading it safe: each step is an object that has
-    the next field (a CRD may keep a string or a number where another kind keeps an object,
-    and an evaluation error counts as a webhook failure)."""
+    the next field. A CRD may keep null, a string or a number where another kind keeps an
+    object, and an evaluation error makes the apiserver apply the failure policy (reject)
+    before the webhook is even called, so no step is taken on faith."""
     expr, guards = root, []
     for f in fields:
-        shape = "" if expr == "object" else f"type({expr}) == map && "
-        guards.append(f"{shape}has({expr}.{f})")
+        guards.append(f"type({expr}) == map && {q(f)} in {expr}")
         expr = f"{expr}.{f}"
     return expr, guards
 
@@ -96,13 +96,13 @@ def _collect(
         item, inner = _select("x", rest)
         inner = [*inner, f"type({item}) == map"] if rest else ["type(x) == map"]
         cond = _wrap(inner, " && ", "        ")
-        picked = f"{outer}\n      .filter(x, {cond})\n      .map(x, {item})"
+        picked = f"dyn({outer})\n      .filter(x, {cond})\n      .map(x, {item})"
     else:  # a map: its keys are iterated, its values read through them
         guards = [*kinds, *guards, f"type({outer}) == map"]
         item, inner = _select(f"{outer}[k]", rest)
         inner = [*inner, f"type({item}) == map"]
         cond = _wrap(inner, " && ", "        ")
-        picked = f"{outer}\n      .filter(k, {cond})\n      .map(k, {item})"
+        picked = f"dyn({outer})\n      .filter(k, {cond})\n      .map(k, {item})"
     return f"{_wrap(guards, ' && ', '    ')}\n    ? {picked}\n    : []"
 
 
@@ -162,19 +162,49 @@ def _device_prefixes(patterns: Iterable[str]) -> tuple[list[str], list[str]]:
     return prefixes, sorted(above)
 
 
+# Total by construction: a field is read only after `'f' in m` on a value whose type() is map,
+# a list is ranged over only once type() says list (and inside dyn(), which cel-cpp's checker
+# wants of a range whose static type it cannot know), a string method is called only on a
+# string. Any JSON at any path evaluates to true or false, never to an error.
+
+
+def _has(m: str, f: str, kind: str = "") -> str:
+    """`m` (known to be a map) has field `f`, of CEL type `kind` when given."""
+    test = f"{q(f)} in {m}"
+    return f"{test} && type({m}.{f}) == {kind}" if kind else test
+
+
+def _items(m: str, f: str) -> str:
+    """The list in field `f` of map `m`, or [] when it is absent or not a list."""
+    return f"({_has(m, f, 'list')} ? dyn({m}.{f}) : [])"
+
+
+def _zero(v: str) -> str:
+    """A quantity that is zero as written: "0" or the number 0 (no GPU ask)."""
+    return (
+        f"((type({v}) == string && {v} == '0') || (type({v}) == int && {v} == 0)"
+        f" || (type({v}) == uint && {v} == 0u) || (type({v}) == double && {v} == 0.0))"
+    )
+
+
 def _container_test(resources: str, names: _Names) -> str:
     gpu = name_test("r", names.gpu_resources)
+    res = f"c.{resources}"
+    amount = f"{res}[w][r]"
     return f"""(
-                // (a) a GPU resource with an amount other than zero, in requests or limits
-                (has(c.{resources}) && ['requests', 'limits'].exists(w, w in c.{resources}
-                  && c.{resources}[w].exists(r, ({gpu})
-                    && string(c.{resources}[w][r]) != '0')))
+                // (a) a GPU resource with an amount other than zero, in requests or limits (a
+                //     value of another type than a quantity goes too: the webhook names it)
+                ({_has("c", resources, "map")} && ['requests', 'limits'].exists(w,
+                  w in {res} && type({res}[w]) == map
+                  && dyn({res}[w]).exists(r, type(r) == string && ({gpu})
+                    && !{_zero(amount)})))
                 // (b) NVIDIA_VISIBLE_DEVICES, whatever its value, or through valueFrom; or a
                 //     mount in the toolkit's volume-mount device list
-                || (has(c.env)
-                  && c.env.exists(e, has(e.name) && e.name == 'NVIDIA_VISIBLE_DEVICES'))
-                || (has(c.volumeMounts) && c.volumeMounts.exists(m,
-                  has(m.mountPath) && m.mountPath.contains('nvidia-container-devices')))
+                || {_items("c", "env")}.exists(e, type(e) == map
+                  && {_has("e", "name", "string")} && e.name == 'NVIDIA_VISIBLE_DEVICES')
+                || {_items("c", "volumeMounts")}.exists(m, type(m) == map
+                  && {_has("m", "mountPath", "string")}
+                  && m.mountPath.contains('nvidia-container-devices'))
               )"""
 
 
@@ -183,44 +213,50 @@ def _pod_test(names: _Names) -> str:
     labels = qlist(names.label_prefixes)
     keys = qlist(names.taint_keys)
     inline = qlist(names.inline)
+    node_affinity, must = (
+        "p.affinity.nodeAffinity",
+        "requiredDuringSchedulingIgnoredDuringExecution",
+    )
+    required = f"{node_affinity}.{must}"
+    schedulers = qlist(names.schedulers)
     return f"""(
-              (has(p.containers) ? p.containers : [])
-              + (has(p.initContainers) ? p.initContainers : [])
-              + (has(p.ephemeralContainers) ? p.ephemeralContainers : [])
+              {_items("p", "containers")}
+              + {_items("p", "initContainers")}
+              + {_items("p", "ephemeralContainers")}
               // Keys that hold one container each (KServe's model and framework shortcuts).
               + {inline}.filter(k, k in p).map(k, p[k])
-            ).filter(c, type(c) == map).exists(c, {_container_test("resources", names)})
+            ).exists(c, type(c) == map && {_container_test("resources", names)})
             // (c) a hostPath volume holding GPU device nodes or a directory above them
             //     (host-gpu-devices.paths; /proc/1/root is the host's /). A path with '//' or
             //     '/.' goes too: the webhook normalizes it before matching.
-            || (has(p.volumes) && p.volumes.exists(v,
-              has(v.hostPath) && has(v.hostPath.path)
+            || {_items("p", "volumes")}.exists(v, type(v) == map
+              && {_has("v", "hostPath", "map")} && {_has("v.hostPath", "path", "string")}
               && (v.hostPath.path in {qlist(above)}
                 || {qlist(prefixes)}.exists(d, v.hostPath.path.startsWith(d))
                 || v.hostPath.path.contains('//')
-                || v.hostPath.path.contains('/.'))))
+                || v.hostPath.path.contains('/.')))
             // (d) a way onto GPU nodes: a toleration of a GPU node taint or of every taint (no
             //     key), GPU node labels in nodeSelector or required node affinity, or nodeName.
             //     Such a pod gets NVIDIA_VISIBLE_DEVICES=void in its non-GPU containers, and
             //     privileged mode or envFrom are judged in it.
-            || (has(p.tolerations) && p.tolerations.exists(t,
-              (has(t.key) && t.key in {keys})
-              || ((!has(t.key) || t.key == '') && has(t.operator) && t.operator == 'Exists')))
-            || (has(p.nodeSelector) && p.nodeSelector.exists(k,
-              {labels}.exists(x, k.startsWith(x))))
-            || (has(p.affinity) && has(p.affinity.nodeAffinity)
-              && has(p.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution)
-              && has(p.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution
-                .nodeSelectorTerms)
-              && p.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution
-                .nodeSelectorTerms.exists(term, has(term.matchExpressions)
-                  && term.matchExpressions.exists(e,
-                    {labels}.exists(x, has(e.key) && e.key.startsWith(x)))))
-            || (has(p.nodeName) && p.nodeName != '')
+            || {_items("p", "tolerations")}.exists(t, type(t) == map && (
+              ({_has("t", "key", "string")} && t.key in {keys})
+              || ((!('key' in t) || t.key == null || (type(t.key) == string && t.key == ''))
+                && {_has("t", "operator", "string")} && t.operator == 'Exists')))
+            || ({_has("p", "nodeSelector", "map")} && dyn(p.nodeSelector).exists(k,
+              type(k) == string && {labels}.exists(x, k.startsWith(x))))
+            || ({_has("p", "affinity", "map")} && {_has("p.affinity", "nodeAffinity", "map")}
+              && {_has(node_affinity, must, "map")}
+              && {_items(required, "nodeSelectorTerms")}.exists(term, type(term) == map
+                && {_items("term", "matchExpressions")}.exists(e, type(e) == map
+                  && {_has("e", "key", "string")} && {labels}.exists(x, e.key.startsWith(x)))))
+            || ({_has("p", "nodeName", "string")} && p.nodeName != '')
             // (e) DRA: resource claims, whose device class only the webhook's facts can tell
-            || (has(p.resourceClaims) && size(p.resourceClaims) > 0)
+            //     (anything but a list or null there goes too: the webhook names it)
+            || ('resourceClaims' in p && (type(p.resourceClaims) == list
+              ? size(p.resourceClaims) > 0 : p.resourceClaims != null))
             // (f) a GPU-sharing scheduler, which gives part of a GPU through annotations
-            || (has(p.schedulerName) && p.schedulerName in {qlist(names.schedulers)})"""
+            || ({_has("p", "schedulerName", "string")} && p.schedulerName in {schedulers})"""
 
 
 def gpu_workload_condition(rules: CompiledRuleSet) -> str:
@@ -237,18 +273,19 @@ def gpu_workload_condition(rules: CompiledRuleSet) -> str:
 //    (webhook/ruleset/workloads.py and the rule set's `workloads:`); a path the object
 //    does not have, or of another shape, adds an empty list. CEL has no flatten: a list
 //    of lists.
-has(object.kind) && has(object.apiVersion) && ([
+type(object) == map && {_has("object", "kind", "string")}
+&& {_has("object", "apiVersion", "string")} && ([
 {lists}
 ]
 // 2. Does any pod spec need gpu-admission?
-.exists(specs, specs.exists(p, {_pod_test(names)}
+.exists(specs, specs.exists(p, type(p) == map && {_pod_test(names)}
 ))"""
     lone = _by_path((w, where) for w in table.kinds for where in w.container_paths)
     for (path, key), kinds in lone.items():
         collect = _collect(path, [f"({_kind_test(kinds)})"])
         expr += f"""
 // 3. {_names(kinds)}: a container outside any pod spec, its resources under `{key}`
-|| ({collect}).exists(c, {_container_test(key, names)})"""
+|| ({collect}).exists(c, type(c) == map && {_container_test(key, names)})"""
     return expr + ")"
 
 
@@ -391,11 +428,15 @@ def _routing(rules: CompiledRuleSet) -> str:
       # an outage cannot hold up the deletion of GPU workloads. On CREATE the field is the
       # author's to set (the apiserver clears it only after admission), so it never skips one.
       - name: not-being-deleted
-        expression: "request.operation == 'CREATE' || !has(object.metadata.deletionTimestamp)"
+        expression: >-
+          request.operation == 'CREATE' || !(type(object) == map && 'metadata' in object
+          && type(object.metadata) == map && 'deletionTimestamp' in object.metadata
+          && object.metadata.deletionTimestamp != null)
       - name: gpu-workload
         # `object` is the object as the apiserver decoded it: built-in kinds have quantities as
-        # strings ("1") and no nulls; CRD objects may keep integers (1). Every field access is
-        # guarded with has(), because an evaluation error counts as a webhook failure.
+        # strings ("1") and no nulls; CRD objects may keep integers (1), nulls, or any type
+        # anywhere. Every access is guarded by the type of what it reads, because an evaluation
+        # error makes the apiserver apply failurePolicy (Fail: reject) without calling us.
         # Cost: linear in the object's pod specs x (containers x (env + resource names) +
         # volumes + tolerations), far below the per-object budget of matchConditions.
         expression: |
