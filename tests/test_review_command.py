@@ -70,3 +70,19 @@ def test_a_file_of_several_objects_is_refused_saying_so(tmp_path: Path) -> None:
     two.write_text(text + "\n---\n" + text)
     result = _review(str(two))
     assert result.returncode == 2 and "holds 2 objects" in result.stderr
+
+
+def test_validate_judges_the_mutated_object_as_the_apiserver_sends_it(webhook: Webhook) -> None:
+    """A GPU only in requests: /validate of the object as written denies it, but the apiserver
+    never sends that; it sends the object after /mutate copied the GPU into limits."""
+    pod = str(GOLDEN / "pod-gpu-in-requests-only" / "input.yaml")
+    as_written = _review(pod)
+    assert not _post(webhook, "validate", as_written.stdout).allowed
+    mutated = _review(pod, "--mutated")
+    assert mutated.returncode == 0, mutated.stderr
+    request = json.loads(mutated.stdout)["request"]
+    limits = request["object"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["nvidia.com/gpu"] == "2"
+    answer = _post(webhook, "validate", mutated.stdout)
+    assert answer.allowed, answer.raw
+    assert _post(webhook, "mutate", mutated.stdout).raw.get("patch") is None  # nothing left

@@ -168,11 +168,15 @@ def _rules(args: argparse.Namespace) -> int:
 
 def _review(args: argparse.Namespace) -> int:
     """Print the AdmissionReview the apiserver would send for the one object in a file."""
+    import jsonpatch
     import orjson
 
     from webhook.audit.admissionreview import admission_review
     from webhook.audit.manifests import Document, read_sources
     from webhook.engine.compiled import compile_rules
+    from webhook.engine.pipeline import Stage, evaluate
+    from webhook.engine.subject import subject_for
+    from webhook.facts.snapshotfile import SnapshotError, load_snapshot
     from webhook.ruleset.files import RuleFileError, load_rules
 
     def one(path: str) -> dict[str, Any] | str:
@@ -196,10 +200,12 @@ def _review(args: argparse.Namespace) -> int:
         print("gpu-admission: --operation UPDATE needs --old FILE", file=sys.stderr)
         return 2
     try:
-        table = compile_rules(load_rules(rules_folder(args.rules))).workloads
-    except RuleFileError as exc:
+        rules = compile_rules(load_rules(rules_folder(args.rules)))
+        cluster = load_snapshot(args.cluster_snapshot) if args.cluster_snapshot else None
+    except (RuleFileError, SnapshotError) as exc:
         print(f"gpu-admission: {exc}", file=sys.stderr)
         return 2
+    table = rules.workloads
     assert isinstance(obj, dict) and (old is None or isinstance(old, dict))
     review = admission_review(
         obj,
@@ -209,6 +215,16 @@ def _review(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
         old=old,
     )
+    if args.mutated:
+        # What the apiserver sends to /validate: the same request, the object after /mutate.
+        request = review["request"]
+        subject = subject_for(
+            obj, namespace=request["namespace"], operation=args.operation, old_obj=old
+        )
+        facts = cluster.facts_for(subject.namespace) if cluster is not None else None
+        decision = evaluate(subject, rules, facts, stage=Stage.MUTATE)
+        if decision.patch:
+            request["object"] = jsonpatch.apply_patch(request["object"], list(decision.patch))
     sys.stdout.write(orjson.dumps(review, option=orjson.OPT_INDENT_2).decode() + "\n")
     return 0
 
@@ -351,6 +367,14 @@ def build_parser() -> argparse.ArgumentParser:
     rev.add_argument("--dry-run", action="store_true", help="as `kubectl apply --dry-run=server`")
     rev.add_argument("--old", help="the object before the update (UPDATE)")
     rev.add_argument("--rules", help=RULES_HELP)
+    rev.add_argument(
+        "--mutated",
+        action="store_true",
+        help="the object after the webhook's own patch, as the apiserver sends it to /validate",
+    )
+    rev.add_argument(
+        "--cluster-snapshot", help="cluster facts for --mutated (as `serve` was given them)"
+    )
     rev.set_defaults(func=_review)
 
     rules = sub.add_parser("rules", help="check, test and explain rule files")
