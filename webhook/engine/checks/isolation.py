@@ -27,6 +27,7 @@ import posixpath
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from webhook.engine.checks.schedulable import why_not_whole_node
 from webhook.engine.context import Context
 from webhook.engine.findings import Finding
 from webhook.engine.podviews import ContainerView, PodView
@@ -342,11 +343,21 @@ def privileged_gpu(pod: PodView, ctx: Context) -> Iterator[Finding]:
     judged = [c for c in _judged(pod) if (c.raw.get("securityContext") or {}).get("privileged")]
     if not judged or not can_reach_gpu_nodes(pod, ctx):
         return
+    # A pod that fills every node it can run on (all 8 GPUs of an 8-GPU node, as
+    # GPUDirect-TCPX pods with a privileged networking sidecar do) shares its node's GPUs with
+    # no one: its privileged containers that ask for no GPU see only the pod's own.
+    sidecars = pod.asks_gpu and any(not c.asks_gpu for c in judged)
+    not_whole = why_not_whole_node(pod, ctx) if sidecars else None
     for c in judged:
         if c.raw["securityContext"]["privileged"] is not True:
             continue
+        if sidecars and not c.asks_gpu and not_whole is None:
+            continue
         field = f"{c.field_path}.securityContext.privileged"
         what = "asks for a GPU" if c.asks_gpu else "runs in a pod that can run on GPU nodes"
+        because = ""
+        if not c.asks_gpu and not_whole is not None:
+            because = f". A pod that fills every node it can run on may keep it, but {not_whole}"
         yield Finding(
             rule="privileged-gpu",
             summary=f"privileged-gpu: {c.label()} {what} and sets privileged: true",
@@ -354,7 +365,8 @@ def privileged_gpu(pod: PodView, ctx: Context) -> Iterator[Finding]:
                 pod,
                 ctx,
                 f"remove {field}: a privileged container sees every GPU on the node, not only "
-                "the ones allocated to it. Add the specific capabilities it needs instead",
+                "the ones allocated to it. Add the specific capabilities it needs instead"
+                + because,
             ),
             field=field,
         )

@@ -22,7 +22,7 @@ from webhook.facts.model import Node
 from webhook.facts.nodematch import expr_matches
 from webhook.quantity import positive, show
 
-__all__ = ["gpu_schedulable"]
+__all__ = ["gpu_schedulable", "why_not_whole_node"]
 
 RULE = "gpu-schedulable"
 
@@ -167,3 +167,38 @@ def gpu_schedulable(pod: PodView, ctx: Context) -> Iterator[Finding]:
                 ),
                 field=field,
             )
+
+
+def why_not_whole_node(pod: PodView, ctx: Context) -> str | None:
+    """None when the pod's GPU ask fills every node shape that can run it, so no other
+    tenant's GPU can share its node; else why that is not known to hold, for a message.
+
+    The shapes are the cluster's GPU pools and the ones it can create, as for schedulability;
+    while provisioning is not declared, a shape not seen yet may come, and the answer is no.
+    """
+    ask = {name: amount for name, amount in pod_gpus(pod).items() if positive(amount)}
+    if not ask:
+        return "it asks for no GPU"
+    facts, _ = trusted_facts(ctx)
+    if facts is None:
+        return "no cluster facts show the nodes it can run on"
+    from_cluster = (facts.provisionable or ()) if ctx.rules.cluster_autoscalers else ()
+    if not (ctx.rules.provisioning_known or from_cluster):
+        return "the cluster may create GPU nodes of shapes not known (provisioning not declared)"
+    nodes = [
+        *facts.nodes.pools(ctx.rules.gpu_label_prefixes),
+        *ctx.rules.provisionable,
+        *from_cluster,
+    ]
+    chosen, _, _ = _selected(pod, nodes, ctx.settings.gpu_schedulable.gpu_label_prefixes)
+    fits = [n for n in chosen if all(n.gpus.get(r, 0) >= a for r, a in ask.items())]
+    if not fits:
+        return "no known node shape can run it"
+    for node in fits:
+        for name, count in node.gpus.items():
+            if positive(count) and ask.get(name, 0) < count:
+                return (
+                    f"it does not fill its node: a node it can run on has {show(count)} {name}, "
+                    f"the pod asks {show(ask.get(name, 0))}"
+                )
+    return None
