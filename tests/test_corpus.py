@@ -77,6 +77,8 @@ class Row:
     gpu_limits: str
     gpu_requests: str
     visible: str
+    scheduler: str = "-"
+    annotations: str = "-"
 
 
 def _facts() -> list[Row]:
@@ -98,6 +100,8 @@ def _facts() -> list[Row]:
                         r["gpu_limits"],
                         r["gpu_requests"],
                         r["nvidia_visible_devices"],
+                        r["scheduler_name"],
+                        r["gpu_annotations"],
                     )
                 )
     return rows
@@ -180,7 +184,24 @@ def test_corpus_verdicts_match_what_a_platform_engineer_expects(webhook: Webhook
     hand_set = [v.split("=", 1)[1] for v in re.split(r"[;,]", row.visible) if "=" in v]
     if any(value not in ("void", "none", "") for value in hand_set):
         assert "visible-devices" in verdict.denied_rules
-    if not gpu and not hand_set:
+    sharing = RULES.gpu_sharing
+    noted = dict(a.split("=", 1) for a in row.annotations.split(";") if "=" in a)
+    shared = row.scheduler in sharing.schedulers and any(a in noted for a in sharing.annotations)
+    if shared and view.mutable:
+        # Part of a GPU from a GPU-sharing scheduler (KAI's own examples): a GPU pod, with
+        # the toleration of the shared GPU and /dev/shm in a shared regular container.
+        assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in (
+            view.spec.get("tolerations") or []
+        )
+        named = noted.get(sharing.container_annotation)
+        target = next(
+            (c for c in view.containers if not c.init and (named is None or c.name == named)),
+            None,
+        )
+        if target is not None:
+            mounts = target.raw.get("volumeMounts") or []
+            assert any(m.get("mountPath") == "/dev/shm" for m in mounts), target.name
+    if not gpu and not hand_set and not shared:
         # A pod spec that asks for no GPU is left alone, but for NVIDIA_VISIBLE_DEVICES=void
         # in its containers when it can land on a GPU node (a GPU toleration, say).
         for op in mutation.patch:
