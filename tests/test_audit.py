@@ -18,7 +18,7 @@ from conftest import CORPUS, ROOT, Webhook
 
 from webhook.audit.manifests import read_sources
 from webhook.audit.reports import write_report
-from webhook.audit.run import FAIL_ON, audit
+from webhook.audit.run import FAIL_ON, Summary, audit
 from webhook.engine.compiled import compile_rules
 from webhook.ruleset.files import load_rules
 
@@ -514,6 +514,12 @@ def test_the_summary_table_has_no_object_lines() -> None:
     assert rows["gpu-whole-quantity"] == ["1", "1", "0", "0"]  # objects, deny, warn, audit
     assert rows["ml-team"] == ["2", "1", "1", "1", "2"]  # objects, allowed, denied, warned, mutated
     assert "3 objects: 2 allowed + 1 denied; of these 1 warned, 2 would be mutated" in table
+
+
+def test_the_summary_line_says_object_for_one() -> None:
+    one = Summary(objects=1, allowed=1)
+    assert one.describe().startswith("1 object: 1 allowed + 0 denied")
+    assert Summary(objects=2, allowed=2).describe().startswith("2 objects: ")
 
 
 def test_no_progress_when_stderr_is_not_a_terminal(tmp_path: Path) -> None:

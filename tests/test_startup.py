@@ -38,6 +38,7 @@ def test_a_missing_certificate_is_named_and_exits_2(certs: Path, tmp_path: Path)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2
     assert f"--cert {tmp_path / 'nope.crt'}: no such file" in err
+    assert "gpu-admission certs generate --out certs" in err  # how to get a pair
 
 
 def test_a_key_that_is_not_the_certificates_is_named(certs: Path, tmp_path: Path) -> None:

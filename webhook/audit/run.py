@@ -141,7 +141,8 @@ class Summary:
     def describe(self) -> str:
         """The counts in words that say the convention: allowed + denied = objects."""
         return (
-            f"{self.objects} objects: {self.allowed} allowed + {self.denied} denied; "
+            f"{self.objects} {'object' if self.objects == 1 else 'objects'}: "
+            f"{self.allowed} allowed + {self.denied} denied; "
             f"of these {self.warned} warned, {self.mutated} would be mutated"
         )
 

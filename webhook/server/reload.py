@@ -87,4 +87,7 @@ class RuleHolder:
         """Put a prepared set into service: one assignment, on the event loop."""
         self.current = rules
         RELOADS.labels("loaded").inc()
-        log.info("rule set loaded from %s (%s)", self.source, self.digest[:12])
+        if self.source is None:
+            log.info("rule set loaded: the built-in defaults (no rules folder given)")
+        else:
+            log.info("rule set loaded from %s (%s)", self.source, self.digest[:12])

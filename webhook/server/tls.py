@@ -16,7 +16,13 @@ def make_ssl_context(cert: Path, key: Path, client_ca: Path | None = None) -> ss
     signed get through (the apiserver presents one when its admission config names one)."""
     for flag, path in (("--cert", cert), ("--key", key), ("--client-ca", client_ca)):
         if path is not None and not path.is_file():
-            raise ValueError(f"{flag} {path}: no such file")
+            hint = (
+                "; for a try-out, `gpu-admission certs generate --out certs` writes a dev CA and "
+                "serving pair there (make run does), else point --cert and --key at yours"
+                if flag != "--client-ca"
+                else ""
+            )
+            raise ValueError(f"{flag} {path}: no such file{hint}")
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.set_ciphers(TLS12_CIPHERS)
