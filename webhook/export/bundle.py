@@ -5,8 +5,10 @@ from __future__ import annotations
 from webhook.engine.checks import MUTATIONS
 from webhook.engine.compiled import CompiledRuleSet
 from webhook.export.mutating import mutating
+from webhook.export.quotas import resource_quotas
 from webhook.export.scope import Export, LeftOut
 from webhook.export.validating import validating
+from webhook.ruleset.quotas import budget_plans
 
 __all__ = ["MUTATING_SINCE", "build"]
 
@@ -27,4 +29,15 @@ def build(rules: CompiledRuleSet, kubernetes: tuple[int, int] = MUTATING_SINCE) 
         version = ".".join(map(str, MUTATING_SINCE))
         why = f"MutatingAdmissionPolicy v1 needs Kubernetes {version}"
         left += [LeftOut(rule, why, "mutation") for rule in MUTATION_RULES]
+    # Budgets: what the apiserver can count becomes a ResourceQuota, the rest stays ours.
+    objects += resource_quotas(rules.source)
+    for plan in budget_plans(rules.source):
+        if plan.hard:
+            keys = ", ".join(f"{k}={v}" for k, v in sorted(plan.hard.items()))
+            where = f"ResourceQuota {plan.quota} in {plan.namespace}"
+            exported.append(("gpu-quota", "quota", f"budget {plan.budget!r}: {keys} ({where})"))
+        left += [
+            LeftOut("gpu-quota", f"budget {plan.budget!r}: {what}: {why}", "quota")
+            for what, why in plan.webhook_only
+        ]
     return Export(tuple(objects), tuple(exported), tuple(left))

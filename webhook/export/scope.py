@@ -46,7 +46,7 @@ RULES_ANNOTATION = f"{GROUP_SUFFIX}/rules"  # the rule ids a policy judges, comm
 class LeftOut:
     rule: str
     why: str
-    part: str = "validation"  # or "mutation"
+    part: str = "validation"  # or "mutation", or "quota" (a budget)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +54,7 @@ class Export:
     """What the export writes: the objects, what is native, and what is left to the webhook."""
 
     objects: tuple[dict[str, Any], ...]
-    exported: tuple[tuple[str, str, str], ...]  # (rule, "validation" or "mutation", what)
+    exported: tuple[tuple[str, str, str], ...]  # (rule, "validation", "mutation" or "quota", what)
     left_out: tuple[LeftOut, ...]
 
 

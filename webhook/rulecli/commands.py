@@ -14,6 +14,7 @@ from webhook.rulecli.webhooks import render_webhooks
 from webhook.ruleset.defaults import DEFAULT_EXEMPT_NAMESPACES
 from webhook.ruleset.files import LoadedRules, RuleFileError, load_rules_with_sources
 from webhook.ruleset.models import Override, RuleSet
+from webhook.ruleset.quotas import budget_plans
 from webhook.ruleset.resolve import resolve
 from webhook.selectors import matches_any
 
@@ -122,6 +123,9 @@ def check(folder: Path | None, out: TextIO) -> int:
             f"(gpu-admission rules webhooks {folder}) so the apiserver sends them",
             file=out,
         )
+    for plan in budget_plans(rs):
+        for line in plan.describe():
+            print(f"note: {line}", file=out)
     where = folder if folder is not None else "no rules folder: the built-in defaults"
     print(
         f"ok: {where} is a valid rule set (global mode {rs.mode}, {len(rs.overrides)} overrides)",
@@ -204,6 +208,14 @@ def explain(folder: Path | None, namespace: str, labels: dict[str, str] | None, 
     print(f"not exempt ({why})" if why else "not exempt", file=out)
     resolved = resolve(rs, namespace, labels)
     print(f"global mode: {rs.mode}", file=out)
+    plans = {p.budget: p for p in budget_plans(rs)}
+    for budget in rs.rules.gpu_quota.budgets:
+        selector = budget.namespace_selector
+        if matches_any(namespace, budget.namespaces) or (
+            selector is not None and labels is not None and selector.matches(labels)
+        ):
+            for line in plans[budget.name].describe():
+                print(line, file=out)
     effective = resolved.rules.rules.model_dump(by_alias=True, mode="json")
     for rule_id, settings in effective.items():
         print(f"{rule_id}:", file=out)
