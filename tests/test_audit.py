@@ -328,8 +328,8 @@ def _flow(depth: int) -> str:
 
 
 def test_deeply_nested_yaml_inside_a_pod_is_audited(tmp_path: Path) -> None:
-    # 500 collections in all (the pod's own 4 included): the most the audit reads.
-    result = run_audit(str(_nested_pod(tmp_path, _flow(496))), "-o", "json")
+    # 200 collections in all (the pod's own 4 included): the most the audit reads.
+    result = run_audit(str(_nested_pod(tmp_path, _flow(196))), "-o", "json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["summary"]["objects"] == 1
 
@@ -337,7 +337,7 @@ def test_deeply_nested_yaml_inside_a_pod_is_audited(tmp_path: Path) -> None:
 DEEPER = {
     # One past the limit; one past where PyYAML 6.0.4's libyaml refuses on its own; deep enough
     # to crash 6.0.3's composer. Each gets the audit's own error, whichever PyYAML is installed.
-    "501 levels": _flow(497),
+    "201 levels": _flow(197),
     "libyaml 6.0.4 cap": _flow(1_001),
     "libyaml 6.0.3 crash": _flow(100_000),
 }
@@ -350,7 +350,7 @@ def test_nesting_past_the_limit_is_an_input_error_naming_the_line(
     result = run_audit(str(_nested_pod(tmp_path, nested)), "-o", "json")
     assert result.returncode == 2, result.stderr
     (error,) = json.loads(result.stdout)["errors"]
-    assert "nested deeper than 500 levels at line 5" in error["message"]
+    assert "nested deeper than 200 levels at line 5" in error["message"]
 
 
 def test_block_sequences_nested_on_one_line_are_refused_too(tmp_path: Path) -> None:
@@ -363,7 +363,22 @@ def test_block_sequences_nested_on_one_line_are_refused_too(tmp_path: Path) -> N
     result = run_audit(str(deep), "-o", "json")
     assert result.returncode == 2, result.stderr
     (error,) = json.loads(result.stdout)["errors"]
-    assert "nested deeper than 500 levels at line 9" in error["message"]
+    assert "nested deeper than 200 levels at line 9" in error["message"]
+
+
+@pytest.mark.parametrize("output", ["json", "table", "policyreport", "sarif", "junit", "html"])
+def test_a_pod_at_the_depth_limit_is_reported_in_every_output(tmp_path: Path, output: str) -> None:
+    result = run_audit(str(_nested_pod(tmp_path, _flow(196))), "-o", output)
+    assert result.returncode == 0, result.stderr
+
+
+def test_an_integer_too_long_to_read_is_an_input_error(tmp_path: Path) -> None:
+    huge = tmp_path / "huge.yaml"
+    huge.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nx: " + "9" * 5000 + "\n")
+    result = run_audit(str(huge), "-o", "json")
+    assert result.returncode == 2, result.stderr
+    (error,) = json.loads(result.stdout)["errors"]
+    assert "an integer of thousands of digits" in error["message"]
 
 
 def test_an_empty_file_is_fine(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from webhook.export.companion import webhook_only_settings
 from webhook.export.render import render
 from webhook.rulecli.commands import check, explain
 from webhook.ruleset.files import load_rules
+from webhook.ruleset.quotas import quota_name
 
 BUDGETS = """\
 rules:
@@ -52,7 +53,8 @@ def _quotas(text: str) -> list[dict]:
 def test_a_one_namespace_budget_becomes_a_resource_quota_of_requests(tmp_path: Path) -> None:
     result = build(compile_rules(load_rules(_folder(tmp_path))))
     (quota,) = _quotas(render(result, "1.36", "test"))
-    assert quota["metadata"]["name"] == "gpu-admission-ml-team"
+    assert quota["metadata"]["name"] == quota_name("ML Team")
+    assert quota["metadata"]["name"].startswith("gpu-admission-ml-team-")
     assert quota["metadata"]["namespace"] == "ml-team"
     assert quota["metadata"]["labels"]["app.kubernetes.io/name"] == "gpu-admission"
     assert quota["metadata"]["annotations"] == {"gpu-admission.io/budget": "ML Team"}
@@ -93,7 +95,7 @@ def test_rules_check_says_how_each_budget_is_kept(tmp_path: Path) -> None:
     assert (
         "note: budget 'ML Team': gpu.nvidia.com.deviceclass.resource.k8s.io/devices=4, "
         "requests.amd.com/gpu=2, requests.nvidia.com/gpu=8 enforced by the apiserver "
-        "(ResourceQuota gpu-admission-ml-team in ml-team" in text
+        f"(ResourceQuota {quota_name('ML Team')} in ml-team" in text
     )
     assert "budget 'research': nvidia.com/gpu=16 enforced by the webhook only (it spans" in text
 
@@ -106,7 +108,7 @@ def test_rules_explain_says_it_for_the_namespace_s_budgets(tmp_path: Path) -> No
     assert "budget 'ML Team'" not in out.getvalue()
     out = io.StringIO()
     explain(folder, "ml-team", None, out)
-    assert "(ResourceQuota gpu-admission-ml-team in ml-team" in out.getvalue()
+    assert f"(ResourceQuota {quota_name('ML Team')} in ml-team" in out.getvalue()
 
 
 def test_the_webhook_keeps_judging_budgets_the_apiserver_enforces(tmp_path: Path) -> None:
@@ -114,3 +116,9 @@ def test_the_webhook_keeps_judging_budgets_the_apiserver_enforces(tmp_path: Path
     own message; the ResourceQuota is what holds the line."""
     settings = webhook_only_settings(build(compile_rules(load_rules(_folder(tmp_path)))))
     assert "gpu-quota" not in settings["rules"]
+
+
+def test_budget_names_that_read_alike_get_quotas_of_their_own() -> None:
+    names = {quota_name(n) for n in ("ml-team GPUs", "ML_team_gpus", "ml team gpus")}
+    assert len(names) == 3
+    assert all(len(n) <= 63 and n == n.lower() for n in names)

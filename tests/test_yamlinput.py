@@ -74,6 +74,13 @@ def test_compact_nesting_on_one_line_is_seen(dashes: int, separator: str, indent
     assert deeper_than(text, deepest) is None
 
 
+def test_a_mapping_inside_a_flow_sequence_counts_as_a_level() -> None:
+    """`[a: b]` opens a sequence and a single-pair mapping with one bracket."""
+    text = "a: " + "[a: " * 150 + "b" + "]" * 150
+    assert could_pass(text, 250)
+    assert deeper_than(text, 250) == 1
+
+
 CAPS = {
     # libyaml in PyYAML 6.0.4 refuses past 1,000 levels; before, its composer crashed at ~20,000.
     "flow": ("[" * 30_000 + "]" * 30_000, 1),

@@ -22,8 +22,12 @@ _CParser: Any = getattr(yaml, "CSafeLoader", None)
 # and its composer does not recurse in Python), the pure-Python one otherwise.
 LOADER: Any = _CParser or yaml.SafeLoader
 # How deep a Kubernetes object, or a file of them, may nest: below where any PyYAML release
-# crashes or refuses on its own, and far beyond any real object (a CRD's schema nests ~40).
-MAX_DEPTH = 500
+# crashes or refuses on its own, below where the recursive code after loading (YAML and JSON
+# output, the patch diff) nears Python's recursion limit, and far beyond any real object (a
+# CRD's schema nests ~40).
+MAX_DEPTH = 200
+# A scalar PyYAML cannot construct: Python refuses integers of over 4,300 digits (ValueError).
+UNCONSTRUCTABLE = "holds a value that cannot be read (an integer of thousands of digits?)"
 
 # What may come before the first block collection that opens on a line: indentation and the
 # compact indicators `- `, `? ` and `: ` (a byte-order mark is skipped at a line's start). After
@@ -35,12 +39,14 @@ _LINE_START = "(?:^|[\r\x85\u2028\u2029])"
 def could_pass(text: str, limit: int) -> bool:
     """False when `text` certainly nests at most `limit` collections deep; cheap, in C.
 
-    Every flow collection needs its own `[` or `{`. A block collection opens at a greater
+    Every flow collection needs its own `[` or `{`, but for the single-pair mapping a flow
+    sequence may hold (`[a: b]`), so each `[` counts twice. A block collection opens at a greater
     column than the block collection around it, except a sequence at its parent key's column,
     and no later on its line than the prefix of indentation and indicators: so block nesting is
     at most twice (the longest such prefix + 1).
     """
-    flow = text.count("[") + text.count("{")
+    # A `[` can open two levels: the sequence, and a single-pair mapping in it (`[a: b]`).
+    flow = 2 * text.count("[") + text.count("{")
     if flow >= limit:
         return True
     needed = (limit - flow) // 2  # the shortest prefix that could reach limit + 1

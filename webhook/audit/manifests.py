@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from webhook.audit.locations import Location, locate, mark_location
-from webhook.yamlinput import LOADER, MAX_DEPTH, deeper_than
+from webhook.yamlinput import LOADER, MAX_DEPTH, UNCONSTRUCTABLE, deeper_than
 
 __all__ = ["MAX_NODES", "Document", "InputError", "read_sources"]
 
@@ -121,6 +121,12 @@ def _documents(text: str, label: str) -> Iterator[Document | InputError]:
                 return  # the parser cannot resync after an error in this stream
             except RecursionError:
                 yield InputError(f"{label}#{index}", "nesting too deep to read")
+                return
+            except ValueError:  # a scalar PyYAML cannot construct (Python's integer digit limit)
+                yield InputError(
+                    f"{label}#{index}",
+                    UNCONSTRUCTABLE,
+                )
                 return
             source = f"{label}#{index}"
             index += 1

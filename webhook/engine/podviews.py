@@ -92,6 +92,9 @@ class ContainerView:
     # which also sets `asks_gpu`): its NVIDIA_VISIBLE_DEVICES comes from the scheduler's
     # ConfigMap, and it tolerates that resource's GPU taints.
     shared_gpu: str = ""
+    # The name its scheduler's webhook gave the pod's ConfigMaps (the pod annotation it writes,
+    # e.g. runai/shared-gpu-configmap): only a ConfigMap of that name is the scheduler's.
+    shared_config_map: str = ""
 
     def locate(self, spec: dict[str, Any]) -> dict[str, Any]:
         """The same container inside another copy of the pod spec (a mutation's working copy)."""

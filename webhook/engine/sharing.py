@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.engine.podviews import ContainerView, PodView
+from webhook.facts.model import VISIBLE_DEVICES
 from webhook.ruleset.models import GpuSharing
 
 __all__ = ["SharingSchedulers", "mark_shared", "scheduler_config_map_ref"]
@@ -29,12 +30,15 @@ class SharingSchedulers:
         self.annotations = tuple(settings.annotations)
         self.container_annotation = settings.container_annotation
         self.resource = settings.resource
+        self.config_map_annotation = settings.config_map_annotation
 
     def target(self, pod: PodView) -> ContainerView | None:
         """The container a sharing scheduler gives part of a GPU to, or None."""
         scheduler = pod.spec.get("schedulerName")
         if not isinstance(scheduler, str) or scheduler not in self.schedulers:
             return None
+        if pod.spec.get("nodeName"):
+            return None  # placed by hand: no sharing scheduler binds it, nor hands it a part
         notes = pod.annotations
         if not any(isinstance(notes.get(a), str) and notes.get(a) for a in self.annotations):
             return None
@@ -54,16 +58,29 @@ def mark_shared(views: list[PodView], sharing: SharingSchedulers) -> list[PodVie
         if target is None or target.shared_gpu:
             out.append(view)
             continue
-        marked = dataclasses.replace(target, asks_gpu=True, shared_gpu=sharing.resource)
+        named = view.annotations.get(sharing.config_map_annotation)
+        marked = dataclasses.replace(
+            target,
+            asks_gpu=True,
+            shared_gpu=sharing.resource,
+            shared_config_map=named if isinstance(named, str) else "",
+        )
         containers = tuple(marked if c is target else c for c in view.containers)
         out.append(dataclasses.replace(view, containers=containers))
     return out
 
 
-def scheduler_config_map_ref(env: Mapping[str, Any]) -> bool:
-    """An env entry whose value the sharing scheduler's binder fills: a ConfigMap key ref."""
+def scheduler_config_map_ref(env: Mapping[str, Any], prefix: str) -> bool:
+    """An env entry whose value the sharing scheduler's binder fills: the NVIDIA_VISIBLE_DEVICES
+    key of one of the pod's own ConfigMaps, named `<prefix>-<container index>` by the scheduler's
+    webhook (`prefix` from the pod's annotation; "" when it has none: nothing is)."""
     source = env.get("valueFrom")
-    if not isinstance(source, dict) or set(source) != {"configMapKeyRef"}:
+    if not prefix or not isinstance(source, dict) or set(source) != {"configMapKeyRef"}:
         return False
     ref = source["configMapKeyRef"]
-    return isinstance(ref, dict) and isinstance(ref.get("name"), str) and bool(ref.get("name"))
+    if not isinstance(ref, dict) or ref.get("key") != VISIBLE_DEVICES:
+        return False
+    name = ref.get("name")
+    return (
+        isinstance(name, str) and name.startswith(prefix + "-") and ref.get("optional") is not True
+    )

@@ -40,7 +40,14 @@ from webhook.facts.servingruntimes import RuntimeStore
 from webhook.facts.static import StaticSnapshot
 from webhook.modelerrors import describe
 from webhook.quantity import Amount, QuantityError, parse_quantity
-from webhook.yamlinput import LOADER, MAX_DEPTH, deeper_than, syntax_error, unreadable
+from webhook.yamlinput import (
+    LOADER,
+    MAX_DEPTH,
+    UNCONSTRUCTABLE,
+    deeper_than,
+    syntax_error,
+    unreadable,
+)
 
 __all__ = ["SnapshotError", "SnapshotFile", "StaticSnapshot", "load_snapshot", "snapshot_from_doc"]
 
@@ -279,3 +286,5 @@ def load_snapshot(path: Path | str) -> StaticSnapshot:
         raise SnapshotError(f"{path}: {problems}") from None
     except SnapshotError as exc:
         raise SnapshotError(f"{path}: {exc}") from None
+    except ValueError:  # a scalar PyYAML cannot construct (Python's integer digit limit)
+        raise SnapshotError(f"{path}: {UNCONSTRUCTABLE}") from None

@@ -20,7 +20,14 @@ from webhook.engine.compiled import CompiledRuleSet
 from webhook.engine.pipeline import evaluate
 from webhook.engine.subject import Subject, subject_for
 from webhook.modelerrors import describe
-from webhook.yamlinput import LOADER, MAX_DEPTH, deeper_than, syntax_error, unreadable
+from webhook.yamlinput import (
+    LOADER,
+    MAX_DEPTH,
+    UNCONSTRUCTABLE,
+    deeper_than,
+    syntax_error,
+    unreadable,
+)
 
 __all__ = ["CaseResult", "load_cases", "run_case"]
 
@@ -114,6 +121,8 @@ def load_cases(paths: list[Path]) -> tuple[list[tuple[str, Case]], list[str]]:
             problems.extend(
                 f"{path}: {describe(err, CaseFile)}" for err in exc.errors(include_url=False)
             )
+        except ValueError:  # a scalar PyYAML cannot construct (Python's integer digit limit)
+            problems.append(f"{path}: {UNCONSTRUCTABLE}")
     return cases, problems
 
 

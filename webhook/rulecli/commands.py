@@ -174,23 +174,25 @@ def test(folder: Path | None, cases: list[Path], out: TextIO) -> int:
 def exemption_of(
     loaded: LoadedRules, namespace: str, labels: dict[str, str] | None
 ) -> tuple[bool, str]:
-    """Whether a namespace is exempt, and what made it so (or took a built-in exemption away),
-    with the file and line that said it."""
+    """Whether a namespace is exempt, and what made it so (or took an exemption away), with
+    the file and line that said it: in the engine's order (`CompiledRuleSet.exempt_namespace`:
+    the names less those removed, then the namespace selector)."""
     ex = loaded.rules.exemptions
+    gone = set(ex.remove.namespaces)
     for i, pattern in enumerate(ex.namespaces):
-        if matches_any(namespace, [pattern]):
+        if pattern not in gone and matches_any(namespace, [pattern]):
             where = loaded.lines.get(("exemptions", "namespaces", i), "")
             return True, f"exemptions.namespaces: {pattern} at {where}".removesuffix(" at ")
-    removed = [i for i, n in enumerate(ex.remove.namespaces) if n == namespace]
-    if removed:
-        where = loaded.lines.get(("exemptions", "remove", "namespaces", removed[0]), "")
-        return False, f"exemptions.remove.namespaces at {where} takes its built-in exemption away"
-    if namespace in DEFAULT_EXEMPT_NAMESPACES:
+    if namespace in DEFAULT_EXEMPT_NAMESPACES and namespace not in gone:
         return True, "a built-in exemption; exemptions.remove.namespaces takes it away"
+    removed = next((i for i, n in enumerate(ex.remove.namespaces) if n == namespace), None)
     selector = ex.namespace_selector
     if labels is not None and selector is not None and selector.matches(labels):
         where = loaded.lines.get(("exemptions", "namespaceSelector"), "")
         return True, f"its labels match exemptions.namespaceSelector at {where}"
+    if removed is not None:
+        where = loaded.lines.get(("exemptions", "remove", "namespaces", removed), "")
+        return False, f"exemptions.remove.namespaces at {where} takes its built-in exemption away"
     return False, ""
 
 

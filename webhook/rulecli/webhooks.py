@@ -250,7 +250,8 @@ def _pod_test(names: _Names) -> str:
               && {_items(required, "nodeSelectorTerms")}.exists(term, type(term) == map
                 && {_items("term", "matchExpressions")}.exists(e, type(e) == map
                   && {_has("e", "key", "string")} && {labels}.exists(x, e.key.startsWith(x)))))
-            || ({_has("p", "nodeName", "string")} && p.nodeName != '')
+            || ('nodeName' in p && p.nodeName != null
+              && (type(p.nodeName) != string || p.nodeName != ''))
             // (e) DRA: resource claims, whose device class only the webhook's facts can tell
             //     (anything but a list or null there goes too: the webhook names it)
             || ('resourceClaims' in p && (type(p.resourceClaims) == list

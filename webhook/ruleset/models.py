@@ -481,14 +481,19 @@ class ClusterSettings(_Model):
 class GpuSharing(_Model):
     """Schedulers that give a pod part of a GPU through annotations, not a resource: KAI
     Scheduler and Run:ai (`gpu-fraction: "0.5"`, `gpu-memory: "2000"`). A pod that names one of
-    them in spec.schedulerName and carries one of the annotations is a GPU pod: the container
-    the sharing applies to (the one `containerAnnotation` names, else the first container)
-    counts as asking for a GPU, and the NVIDIA_VISIBLE_DEVICES the scheduler's own webhook sets
-    in it from a ConfigMap (valueFrom.configMapKeyRef, filled by its binder) is admitted."""
+    them in spec.schedulerName and carries one of the annotations is a GPU pod (not one that
+    names its node: nodeName skips the scheduler that would honour the ask): the container the
+    sharing applies to (the one `containerAnnotation` names, else the first container) counts
+    as asking for a GPU, and the NVIDIA_VISIBLE_DEVICES the scheduler's own webhook sets in it
+    from the pod's ConfigMap (valueFrom.configMapKeyRef to the name `configMapAnnotation`
+    gives, key NVIDIA_VISIBLE_DEVICES; its binder fills it at bind time) is admitted."""
 
     schedulers: list[str] = Field(default_factory=lambda: ["kai-scheduler", "runai-scheduler"])
     annotations: list[str] = Field(default_factory=lambda: ["gpu-fraction", "gpu-memory"])
     container_annotation: str = "gpu-fraction-container-name"
+    # The annotation in which the scheduler's webhook names the pod's ConfigMaps: a
+    # NVIDIA_VISIBLE_DEVICES from a ConfigMap of another name is not the scheduler's.
+    config_map_annotation: str = "runai/shared-gpu-configmap"
     # What the shared GPUs are, for the rules keyed by resource name (gpu-tolerations).
     resource: str = Field(default="nvidia.com/gpu", min_length=1)
 

@@ -12,6 +12,7 @@ a selector, per-product caps, HAMi's per-GPU units) is the webhook's, and says w
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 
@@ -54,9 +55,10 @@ class BudgetPlan:
 
 
 def quota_name(budget: str) -> str:
-    """A DNS-1123 name for the budget's ResourceQuota, stable across exports."""
-    slug = re.sub(r"[^a-z0-9-]+", "-", budget.lower()).strip("-") or "budget"
-    return f"gpu-admission-{slug}"[:63].rstrip("-")
+    """A DNS-1123 name for the budget's ResourceQuota, stable across exports and distinct for
+    distinct budget names (a hash of the name ends it: "ML team" and "ml_team" differ)."""
+    slug = re.sub(r"[^a-z0-9-]+", "-", budget.lower()).strip("-")[:40].strip("-") or "budget"
+    return f"gpu-admission-{slug}-{hashlib.sha256(budget.encode()).hexdigest()[:8]}"
 
 
 def _plan(budget: QuotaBudget) -> BudgetPlan:

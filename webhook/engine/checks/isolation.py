@@ -225,7 +225,7 @@ def visible_devices(pod: PodView, ctx: Context) -> Iterator[Finding]:
             i, env = explicit
             field = f"{c.field_path}.env[{i}]"
             if env.get("valueFrom") is not None:
-                if c.shared_gpu and scheduler_config_map_ref(env):
+                if c.shared_gpu and scheduler_config_map_ref(env, c.shared_config_map):
                     continue  # the GPU-sharing scheduler's binder fills it (engine.sharing)
                 found = "set through valueFrom"
             elif env.get("value") is not None and env.get("value") not in allowed:
@@ -327,7 +327,9 @@ def hide_devices(spec: dict[str, Any], pod: PodView, ctx: Context) -> bool:
         return False
     changed = False
     for c in _judged(pod):
-        if c.asks_gpu or _explicit(c) is not None:
+        # A shared container gets `void` too until its scheduler's webhook sets the variable
+        # (a later entry of the same name wins): the part of a GPU is granted at bind time.
+        if (c.asks_gpu and not c.shared_gpu) or _explicit(c) is not None:
             continue
         container = c.locate(spec)
         container["env"] = [

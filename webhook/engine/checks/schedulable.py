@@ -179,17 +179,16 @@ def why_not_whole_node(pod: PodView, ctx: Context) -> str | None:
     ask = {name: amount for name, amount in pod_gpus(pod).items() if positive(amount)}
     if not ask:
         return "it asks for no GPU"
+    if pod.spec.get("nodeName"):
+        return "it names its node (nodeName), which may be of any shape"
     facts, _ = trusted_facts(ctx)
     if facts is None:
         return "no cluster facts show the nodes it can run on"
     from_cluster = (facts.provisionable or ()) if ctx.rules.cluster_autoscalers else ()
     if not (ctx.rules.provisioning_known or from_cluster):
         return "the cluster may create GPU nodes of shapes not known (provisioning not declared)"
-    nodes = [
-        *facts.nodes.pools(ctx.rules.gpu_label_prefixes),
-        *ctx.rules.provisionable,
-        *from_cluster,
-    ]
+    # Every node, cordoned ones too: a cordon is lifted, and a DaemonSet's pods ignore it.
+    nodes = [*facts.nodes.nodes, *ctx.rules.provisionable, *from_cluster]
     chosen, _, _ = _selected(pod, nodes, ctx.settings.gpu_schedulable.gpu_label_prefixes)
     fits = [n for n in chosen if all(n.gpus.get(r, 0) >= a for r, a in ask.items())]
     if not fits:
