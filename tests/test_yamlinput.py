@@ -3,6 +3,7 @@ pre-test never lets a text that nests too deep go unchecked."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.yamlinput import could_pass, deeper_than
+from webhook.yamlinput import YamlFileError, could_pass, deeper_than, read_document
 
 scalars = st.one_of(st.none(), st.integers(), st.text(max_size=5), st.booleans())
 trees = st.recursive(
@@ -105,3 +106,29 @@ def test_ordinary_manifests_skip_the_scan() -> None:
         {"spec": {"containers": [{"name": "a", "args": ["x"] * 300, "env": [{"name": "A"}]}]}}
     )
     assert not could_pass(pod * 50, 500)
+
+
+READ_ERRORS = {
+    "too deep": ("a:\n  b: " + "[" * 300 + "]" * 300 + "\n", ":2: nested deeper than 200 levels"),
+    "not yaml": ("a: [b\n", ":2: not valid YAML at line 2"),
+    "huge integer": ("a: " + "9" * 5000 + "\n", ": holds a value that cannot be read"),
+}
+
+
+@pytest.mark.parametrize("text,expected", READ_ERRORS.values(), ids=READ_ERRORS.keys())
+def test_a_yaml_file_that_cannot_be_read_is_named_with_its_line(
+    tmp_path: Path, text: str, expected: str
+) -> None:
+    path = tmp_path / "facts.yaml"
+    path.write_text(text)
+    with pytest.raises(YamlFileError) as refused:
+        read_document(path)
+    assert str(refused.value).startswith(f"{path}{expected}")
+
+
+def test_a_missing_or_binary_file_is_named_in_plain_words(tmp_path: Path) -> None:
+    with pytest.raises(YamlFileError, match="cannot read it: no such file"):
+        read_document(tmp_path / "nowhere.yaml")
+    (tmp_path / "bin.yaml").write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(YamlFileError, match="not UTF-8 text"):
+        read_document(tmp_path / "bin.yaml")

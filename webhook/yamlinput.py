@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import re
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -112,3 +113,27 @@ def unreadable(exc: OSError | UnicodeDecodeError) -> str:
     if isinstance(exc, UnicodeDecodeError):
         return f"not UTF-8 text (byte {exc.start} cannot be decoded)"
     return "cannot read it: " + _OS_PROBLEMS.get(exc.errno or 0, exc.strerror or "I/O error")
+
+
+class YamlFileError(ValueError):
+    """A YAML file that cannot be read as one document: the message names the file (and the
+    line, where there is one) in the project's words."""
+
+
+def read_document(path: Path) -> Any:
+    """The one YAML document in `path`, read safely (depth first), or a `YamlFileError`."""
+    try:
+        text = path.read_text()
+        deep = deeper_than(text, MAX_DEPTH)
+        if deep is not None:
+            raise YamlFileError(f"{path}:{deep}: nested deeper than {MAX_DEPTH} levels")
+        return yaml.load(text, Loader=LOADER)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise YamlFileError(f"{path}: {unreadable(exc)}") from None
+    except yaml.YAMLError as exc:
+        line, message = syntax_error(exc)
+        raise YamlFileError(f"{path}:{line}: {message}" if line else f"{path}: {message}") from None
+    except YamlFileError:
+        raise
+    except ValueError:  # a scalar PyYAML cannot construct (Python's integer digit limit)
+        raise YamlFileError(f"{path}: {UNCONSTRUCTABLE}") from None

@@ -23,7 +23,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
@@ -40,14 +39,7 @@ from webhook.facts.servingruntimes import RuntimeStore
 from webhook.facts.static import StaticSnapshot
 from webhook.modelerrors import describe
 from webhook.quantity import Amount, QuantityError, parse_quantity
-from webhook.yamlinput import (
-    LOADER,
-    MAX_DEPTH,
-    UNCONSTRUCTABLE,
-    deeper_than,
-    syntax_error,
-    unreadable,
-)
+from webhook.yamlinput import YamlFileError, read_document
 
 __all__ = ["SnapshotError", "SnapshotFile", "StaticSnapshot", "load_snapshot", "snapshot_from_doc"]
 
@@ -271,20 +263,11 @@ def _dra(doc: SnapshotFile) -> dra.DraCache | None:
 def load_snapshot(path: Path | str) -> StaticSnapshot:
     path = Path(path)
     try:
-        text = path.read_text()
-        deep = deeper_than(text, MAX_DEPTH)
-        if deep is not None:
-            raise SnapshotError(f"line {deep}: nested deeper than {MAX_DEPTH} levels")
-        data: Any = yaml.load(text, Loader=LOADER)
-        return snapshot_from_doc(SnapshotFile.model_validate(data))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SnapshotError(f"{path}: {unreadable(exc)}") from None
-    except yaml.YAMLError as exc:
-        raise SnapshotError(f"{path}: {syntax_error(exc)[1]}") from None
+        return snapshot_from_doc(SnapshotFile.model_validate(read_document(path)))
+    except YamlFileError as exc:
+        raise SnapshotError(str(exc)) from None
     except ValidationError as exc:
         problems = "; ".join(describe(e, SnapshotFile) for e in exc.errors(include_url=False))
         raise SnapshotError(f"{path}: {problems}") from None
     except SnapshotError as exc:
         raise SnapshotError(f"{path}: {exc}") from None
-    except ValueError:  # a scalar PyYAML cannot construct (Python's integer digit limit)
-        raise SnapshotError(f"{path}: {UNCONSTRUCTABLE}") from None

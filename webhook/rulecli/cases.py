@@ -20,14 +20,7 @@ from webhook.engine.compiled import CompiledRuleSet
 from webhook.engine.pipeline import evaluate
 from webhook.engine.subject import Subject, subject_for
 from webhook.modelerrors import describe
-from webhook.yamlinput import (
-    LOADER,
-    MAX_DEPTH,
-    UNCONSTRUCTABLE,
-    deeper_than,
-    syntax_error,
-    unreadable,
-)
+from webhook.yamlinput import YamlFileError, read_document
 
 __all__ = ["CaseResult", "load_cases", "run_case"]
 
@@ -105,24 +98,14 @@ def load_cases(paths: list[Path]) -> tuple[list[tuple[str, Case]], list[str]]:
     problems: list[str] = []
     for path in paths:
         try:
-            text = path.read_text()
-            deep = deeper_than(text, MAX_DEPTH)
-            if deep is not None:
-                problems.append(f"{path}:{deep}: nested deeper than {MAX_DEPTH} levels")
-                continue
-            data = yaml.load(text, Loader=LOADER)
+            data = read_document(path)
             cases.extend((str(path), c) for c in CaseFile.model_validate(data).cases)
-        except (OSError, UnicodeDecodeError) as exc:
-            problems.append(f"{path}: {unreadable(exc)}")
-        except yaml.YAMLError as exc:
-            line, message = syntax_error(exc)
-            problems.append(f"{path}:{line}: {message}" if line else f"{path}: {message}")
+        except YamlFileError as exc:
+            problems.append(str(exc))
         except ValidationError as exc:
             problems.extend(
                 f"{path}: {describe(err, CaseFile)}" for err in exc.errors(include_url=False)
             )
-        except ValueError:  # a scalar PyYAML cannot construct (Python's integer digit limit)
-            problems.append(f"{path}: {UNCONSTRUCTABLE}")
     return cases, problems
 
 
