@@ -299,3 +299,23 @@ def test_running_totals_equal_the_holds_kept(
             else:
                 assert total is not None
                 assert (total.by_resource, total.by_product) == (by_resource, by_product)
+
+
+class QuotaSnapshot(Snapshot):
+    """The same, in a namespace whose ResourceQuota caps requests.nvidia.com/gpu."""
+
+    def facts_for(self, namespace: str) -> Facts:
+        facts = super().facts_for(namespace)
+        quota = Quota(namespace, "gpu-quota", {f"requests.{GPU}": Fraction(8)}, {})
+        return dataclasses.replace(facts, quotas=(quota,))
+
+
+def test_holds_add_nothing_to_a_resource_a_resource_quota_caps() -> None:
+    """The apiserver counts that resource exactly, across every replica: a hold there could
+    only let a forged review make a real pod's budget look full."""
+    r = Reservations(ttl=30)
+    r.hold(pod("forged", 4, product=H100))
+    facts = ReservingFacts(QuotaSnapshot(), r).facts_for("ml")
+    assert facts.usage.by_resource[GPU] == 3  # the watch's count only
+    assert facts.usage.by_product[(GPU, H100)] == 7  # a per-product cap is the webhook's own
+    assert ReservingFacts(Snapshot(), r).facts_for("ml").usage.by_resource[GPU] == 7

@@ -177,8 +177,10 @@ class Reservations:
                 return None
             return Usage(dict(ns.total.by_resource), dict(ns.total.by_product))
 
-    def added_to(self, usage: Usage, namespace: str) -> Usage:
+    def added_to(self, usage: Usage, namespace: str, native: frozenset[str] = frozenset()) -> Usage:
         """`usage` with this namespace's holds added: a new value, `usage` stays as it was.
+        Holds of the resources in `native` (which a ResourceQuota of the namespace caps) are
+        left out of the per-resource totals: the apiserver counts those exactly.
 
         Work is the size of the two totals, never the number of holds.
         """
@@ -193,7 +195,8 @@ class Reservations:
             out.by_resource.update(usage.by_resource)
             out.by_product.update(usage.by_product)
             for name, amount in held.by_resource.items():
-                out.by_resource[name] += amount
+                if name not in native:
+                    out.by_resource[name] += amount
             for key, amount in held.by_product.items():
                 out.by_product[key] += amount
             return out
@@ -233,5 +236,26 @@ class ReservingFacts:
         facts = self.base.facts_for(namespace)
         holds = self.reservations
         holds.expire()  # amortised O(1); exact even where no timer runs (tests, the CLI)
-        usage = holds.added_to(facts.usage, namespace)
+        usage = holds.added_to(facts.usage, namespace, natively_capped(facts))
         return facts if usage is facts.usage else facts.with_usage(usage)
+
+
+_DRA_QUOTA_SUFFIX = ".deviceclass.resource.k8s.io/devices"
+
+
+def natively_capped(facts: Facts) -> frozenset[str]:
+    """The resources a ResourceQuota of the namespace caps: `requests.<name>` (a `limits.`
+    entry is never enforced for extended resources) and DRA device-class keys. The apiserver's
+    quota admission counts them transactionally across every replica and cannot be forged, so
+    a hold adds nothing there: a forged review must never make a real pod's budget look full.
+    Per-product caps are no resource a quota can name; their holds still count."""
+    if not facts.quotas:
+        return frozenset()
+    names = set()
+    for quota in facts.quotas:
+        for key in quota.hard:
+            if key.startswith("requests."):
+                names.add(key[len("requests.") :])
+            elif key.endswith(_DRA_QUOTA_SUFFIX):
+                names.add(key)
+    return frozenset(names)
