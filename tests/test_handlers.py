@@ -24,17 +24,21 @@ from webhook.server.reload import RuleHolder
 BUDGET = {
     "rules": {
         "gpu-quota": {
-            "budgets": [{"name": "ml", "namespaces": ["ml-team"], "limits": {"nvidia.com/gpu": 16}}]
+            "budgets": [
+                {"name": "ml", "namespaces": ["ml-team"], "limits": {"nvidia.com/gpu": 16}},
+                # research has no ResourceQuota: this budget is the webhook's alone
+                {"name": "research", "namespaces": ["research"], "limits": {"nvidia.com/gpu": 4}},
+            ]
         }
     }
 }
 
 
-def gpu_pod(gpus: int, name: str = "train") -> dict[str, Any]:
+def gpu_pod(gpus: int, name: str = "train", namespace: str = "ml-team") -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": "ml-team"},
+        "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "containers": [
                 {
@@ -80,11 +84,23 @@ async def test_an_admitted_gpu_pod_holds_its_gpus_for_the_next_review(
     client: tuple[aiohttp.ClientSession, ClusterSource, RuleHolder],
 ) -> None:
     c, source, _ = client
-    assert (await validate(c, gpu_pod(4, "first")))["allowed"]  # 12 of 16 in use
-    assert source.reservations is not None and len(source.reservations.held("ml-team")) == 1
-    second = await validate(c, gpu_pod(1, "second"))
+    first = gpu_pod(4, "first", "research")
+    assert (await validate(c, first, namespace="research"))["allowed"]  # 0 of 4 in use
+    assert source.reservations is not None and len(source.reservations.held("research")) == 1
+    second = await validate(c, gpu_pod(1, "second", "research"), namespace="research")
     assert not second["allowed"]
-    assert "uses 16 of 16 nvidia.com/gpu" in second["status"]["message"]
+    assert "uses 4 of 4 nvidia.com/gpu" in second["status"]["message"]
+
+
+async def test_a_hold_counts_nothing_where_a_resource_quota_caps_the_resource(
+    client: tuple[aiohttp.ClientSession, ClusterSource, RuleHolder],
+) -> None:
+    """ml-team's ResourceQuota caps nvidia.com/gpu (12 of 16 used): the apiserver keeps that
+    count exactly, so an admitted pod that may never come (a forged review) holds nothing."""
+    c, source, _ = client
+    assert (await validate(c, gpu_pod(4, "first")))["allowed"]
+    assert source.reservations is not None and len(source.reservations.held("ml-team")) == 1
+    assert (await validate(c, gpu_pod(1, "second")))["allowed"]
 
 
 async def test_a_dry_run_holds_nothing(
