@@ -55,6 +55,8 @@ def hook(webhook_with: Any) -> Webhook:
                         "namespaceSelector": {"matchLabels": {"team": "research"}},
                         "products": {"NVIDIA-H100-80GB-HBM3": {"nvidia.com/gpu": 2}},
                     },
+                    # batch has no ResourceQuota: this budget is the webhook's alone
+                    {"name": "batch", "namespaces": ["batch"], "limits": {"nvidia.com/gpu": 4}},
                 ]
             },
             "gpu-priority-class": {
@@ -301,12 +303,28 @@ def test_concurrent_creates_near_the_limit_never_exceed_the_budget(
 ) -> None:
     # Ten different pods (the validating webhook sees each one's final name, generateName
     # included). The same name posted ten times holds once: a repeated review replaces its hold.
+    # A budget only the webhook keeps (no ResourceQuota in batch): its holds bound the burst.
+    reviews = []
+    for i in range(10):
+        one = pod(1, priorityClassName="gpu-training")
+        one["metadata"]["name"] = f"train-{i}"
+        reviews.append(review_for(one, namespace="batch"))
+    assert sum(_post_many(hook, certs, reviews)) == 4  # 0 of 4 in use
+
+
+def test_where_a_resource_quota_caps_the_gpus_the_apiserver_bounds_the_burst(
+    hook: Webhook, certs: Path
+) -> None:
+    """ml-team's ResourceQuota (12 of 16 used) is exact across replicas and unforgeable: the
+    webhook holds nothing for it, admits each pod that fits the count it sees, and the quota
+    refuses what goes over (a forged review can no longer hold the namespace)."""
     reviews = []
     for i in range(10):
         one = pod(1, priorityClassName="gpu-training")
         one["metadata"]["name"] = f"train-{i}"
         reviews.append(review_for(one, namespace="ml-team"))
-    assert sum(_post_many(hook, certs, reviews)) == 4  # 12 of 16 in use
+    assert all(_post_many(hook, certs, reviews))
+    assert not judge(hook, pod(5), namespace="ml-team").allowed  # 12 + 5 > 16, said early
 
 
 def test_dry_run_creates_reserve_nothing(hook: Webhook, certs: Path) -> None:
