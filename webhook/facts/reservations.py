@@ -21,7 +21,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from webhook.facts.model import Facts, FactsSource, NodeIndex, PodGpus, Usage
+from webhook.facts.model import Facts, FactsSource, NodeIndex, PodGpus, Quota, Usage
 from webhook.quantity import Amount
 
 __all__ = ["Reservations", "ReservingFacts"]
@@ -177,15 +177,16 @@ class Reservations:
                 return None
             return Usage(dict(ns.total.by_resource), dict(ns.total.by_product))
 
-    def added_to(self, usage: Usage, namespace: str, native: frozenset[str] = frozenset()) -> Usage:
+    def added_to(self, usage: Usage, namespace: str, quotas: tuple[Quota, ...] = ()) -> Usage:
         """`usage` with this namespace's holds added: a new value, `usage` stays as it was.
-        Holds of the resources in `native` (which a ResourceQuota of the namespace caps) are
-        left out of the per-resource totals: the apiserver counts those exactly.
+        Holds of a resource one of the namespace's `quotas` caps are left out of the
+        per-resource totals (`natively_capped`): the apiserver counts those exactly.
 
         Work is the size of the two totals, never the number of holds.
         """
         if namespace not in self._namespaces:
             return usage
+        native = natively_capped(quotas)
         with self._lock:
             ns = self._namespaces.get(namespace)
             if ns is None:
@@ -236,23 +237,23 @@ class ReservingFacts:
         facts = self.base.facts_for(namespace)
         holds = self.reservations
         holds.expire()  # amortised O(1); exact even where no timer runs (tests, the CLI)
-        usage = holds.added_to(facts.usage, namespace, natively_capped(facts))
+        usage = holds.added_to(facts.usage, namespace, facts.quotas)
         return facts if usage is facts.usage else facts.with_usage(usage)
 
 
 _DRA_QUOTA_SUFFIX = ".deviceclass.resource.k8s.io/devices"
 
 
-def natively_capped(facts: Facts) -> frozenset[str]:
+def natively_capped(quotas: tuple[Quota, ...]) -> frozenset[str]:
     """The resources a ResourceQuota of the namespace caps: `requests.<name>` (a `limits.`
     entry is never enforced for extended resources) and DRA device-class keys. The apiserver's
     quota admission counts them transactionally across every replica and cannot be forged, so
     a hold adds nothing there: a forged review must never make a real pod's budget look full.
     Per-product caps are no resource a quota can name; their holds still count."""
-    if not facts.quotas:
+    if not quotas:
         return frozenset()
     names = set()
-    for quota in facts.quotas:
+    for quota in quotas:
         for key in quota.hard:
             if key.startswith("requests."):
                 names.add(key[len("requests.") :])

@@ -25,9 +25,9 @@ from webhook.quantity import Amount, QuantityError, parse_quantity
 from webhook.ruleset.base import StrictModel
 from webhook.ruleset.defaults import (
     DEFAULT_DEVICE_PATHS,
-    DEFAULT_EXEMPT_NAMESPACES,
     DEFAULT_GPU_RESOURCES,
 )
+from webhook.ruleset.exemptions import Exemptions
 from webhook.ruleset.workloads import WorkloadKind
 from webhook.selectors import LabelSelector, NamePatterns, is_pattern
 
@@ -343,75 +343,6 @@ class GpuDeviceClasses(_Model):
 RULE_IDS: tuple[str, ...] = tuple(
     str(f.alias) for f in RuleSettings.model_fields.values() if f.alias is not None
 )
-
-
-class ExemptionRemovals(_Model):
-    """Built-in exemptions to take away: the one way to narrow them, since the lists in
-    `exemptions` add to the built-in ones."""
-
-    namespaces: list[str] = Field(
-        default_factory=list,
-        description="Built-in exempt namespaces that are to be judged after all.",
-    )
-
-    @field_validator("namespaces")
-    @classmethod
-    def _built_in(cls, value: list[str]) -> list[str]:
-        unknown = [n for n in value if n not in DEFAULT_EXEMPT_NAMESPACES]
-        if unknown:
-            raise ValueError(
-                f"{', '.join(unknown)}: not a built-in exempt namespace; the built-in ones are "
-                f"{', '.join(DEFAULT_EXEMPT_NAMESPACES)}"
-            )
-        return value
-
-
-class Exemptions(_Model):
-    """Objects the webhook never changes or judges. Any one match exempts.
-
-    The lists add to the built-in exemptions (where GPU components install by their own docs):
-    a team file that exempts its own namespace must not silently un-exempt the GPU Operator.
-    Removing a built-in one takes `remove`, by name.
-    """
-
-    namespaces: list[str] = Field(
-        default_factory=list,
-        description=(
-            "Namespaces exempt besides the built-in ones (patterns allowed); the built-in ones "
-            "stay unless listed in exemptions.remove.namespaces."
-        ),
-    )
-    remove: ExemptionRemovals = Field(default_factory=ExemptionRemovals)
-    # Needs namespace labels: known with a cluster snapshot or the live cache.
-    namespace_selector: LabelSelector | None = None
-    # Labels of the pod (or of the controller's pod template). The pod's author sets them, so
-    # they never exempt from the GPU-access rules (visible-devices, privileged-gpu,
-    # host-gpu-devices): only namespaces and service accounts do.
-    pod_selector: LabelSelector | None = Field(
-        default=None,
-        description=(
-            "Labels of the pod (or of the controller's pod template). Never exempts from the "
-            "GPU-access rules (visible-devices, privileged-gpu, host-gpu-devices): a pod's "
-            "author sets its labels. Use namespaces or serviceAccounts for those."
-        ),
-    )
-    # "namespace/name" of the pod's spec.serviceAccountName; patterns allowed ("gpu-*/ *").
-    service_accounts: list[str] = Field(default_factory=list)
-
-    @property
-    def all_namespaces(self) -> list[str]:
-        """Every exempt namespace: the built-in ones less those removed, then the added ones."""
-        gone = set(self.remove.namespaces)
-        names = [*DEFAULT_EXEMPT_NAMESPACES, *self.namespaces]
-        return [n for n in dict.fromkeys(names) if n not in gone]
-
-    @field_validator("service_accounts")
-    @classmethod
-    def _namespaced(cls, value: list[str]) -> list[str]:
-        for entry in value:
-            if entry.count("/") != 1 or "" in entry.split("/"):
-                raise ValueError(f"{entry!r} must be namespace/name")
-        return value
 
 
 class Override(_Model):
