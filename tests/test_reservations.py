@@ -319,3 +319,70 @@ def test_holds_add_nothing_to_a_resource_a_resource_quota_caps() -> None:
     assert facts.usage.by_resource[GPU] == 3  # the watch's count only
     assert facts.usage.by_product[(GPU, H100)] == 7  # a per-product cap is the webhook's own
     assert ReservingFacts(Snapshot(), r).facts_for("ml").usage.by_resource[GPU] == 7
+
+
+# ---- the settle time: a current watch that did not show the pod ends its hold early ------
+
+
+def test_with_a_current_watch_a_hold_ends_at_its_settle_time_unmatched() -> None:
+    r = Reservations(ttl=30, settle=5)
+    r.watching = lambda: True
+    r.hold(pod("ghost", 4), now=100.0)
+    assert r.expire(now=104.9) == 0 and held_gpus(r) == 4
+    assert r.expire(now=105.0) == 1 and held_gpus(r) == 0
+    assert r.unmatched == 1
+    assert r.take_unmatched() == [("ml", "ghost")]
+    assert r.take_unmatched() == []  # named once
+
+
+def test_while_the_watch_is_not_current_a_hold_keeps_its_full_period() -> None:
+    current = False
+    r = Reservations(ttl=30, settle=5)
+    r.watching = lambda: current
+    r.hold(pod("a", 2), now=100.0)
+    assert r.expire(now=120.0) == 0 and held_gpus(r) == 2  # the pod may be in the gap
+    current = True  # the watch is back and in step: it had its chance
+    assert r.expire(now=120.0) == 1 and r.unmatched == 1
+
+
+def test_a_hold_the_watch_released_never_counts_as_unmatched() -> None:
+    r = Reservations(ttl=30, settle=5)
+    r.watching = lambda: True
+    r.hold(pod("real", 2), now=100.0)
+    r.release_for(pod("real", 2))
+    assert r.expire(now=200.0) == 0
+    assert (r.unmatched, r.take_unmatched()) == (0, [])
+
+
+def test_without_a_watch_holds_last_their_period_and_nothing_is_called_unmatched() -> None:
+    r = Reservations(ttl=30, settle=5)  # from a snapshot: no watch will ever show a pod
+    r.hold(pod("a", 2), now=100.0)
+    assert r.expire(now=129.0) == 0
+    assert r.expire(now=130.0) == 1
+    assert (r.unmatched, r.take_unmatched()) == (0, [])
+
+
+def test_the_settle_time_never_outlasts_the_hold_period() -> None:
+    r = Reservations(ttl=3, settle=10)
+    r.watching = lambda: False
+    r.hold(pod("a"), now=0.0)
+    assert r.expire(now=3.0) == 1
+
+
+def test_a_flood_of_unmatched_holds_names_a_bounded_few_and_counts_them_all() -> None:
+    r = Reservations(ttl=30, settle=1)
+    r.watching = lambda: True
+    for i in range(500):
+        r.hold(pod(f"forged-{i}", namespace=f"ns-{i}"), now=0.0)
+    assert r.expire(now=1.0) == 500
+    assert r.unmatched == 500
+    assert len(r.take_unmatched()) == reservations_module._RECENT
+
+
+def test_a_relist_releases_the_holds_of_the_pods_it_shows() -> None:
+    r = Reservations(ttl=30)
+    r.hold(pod("made-while-down", 2), now=0.0)
+    r.hold(pod("train-", 1), now=0.0)
+    r.hold(pod("never-made", 1), now=0.0)
+    r.release_listed([pod("made-while-down", 2), pod("train-abc12", 1), pod("other", 1)])
+    assert [p.name for p in r.held("ml", now=1.0)] == ["never-made"]

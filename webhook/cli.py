@@ -123,6 +123,7 @@ def _serve(args: argparse.Namespace) -> int:
             limits=limits,
             drain_seconds=args.drain_seconds,
             hold_seconds=args.hold_seconds,
+            hold_settle_seconds=args.hold_settle_seconds,
             release_memory=args.release_memory,
             profile_stages=args.profile_stages,
         )

@@ -102,6 +102,8 @@ class LiveCache:
     ) -> None:
         self.api_client = api_client
         self.reservations = reservations
+        if reservations is not None:
+            reservations.watching = self.pods_current
         self.page_size = page_size
         self.watch_timeout = watch_timeout
         self.max_backoff = max_backoff
@@ -126,6 +128,7 @@ class LiveCache:
         self._lock = threading.Lock()  # writers only; readers take references to whole values
         self._contact: dict[str, float] = {}  # kind -> monotonic time of last sign of life
         self._synced: set[str] = set()
+        self._failing: set[str] = set()  # kinds between an error (or 410) and their next list
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._responses: dict[str, Any] = {}
@@ -165,6 +168,13 @@ class LiveCache:
             return float("inf")
         now = time.monotonic()
         return max(now - self._contact.get(k.name, 0.0) for k in KINDS)
+
+    def pods_current(self) -> bool:
+        """Whether the pods watch is listed, open and in step, so a pod stored now shows within
+        moments: what lets a GPU hold end at its settle time rather than its full period."""
+        if "pods" not in self._synced or "pods" in self._failing:
+            return False
+        return time.monotonic() - self._contact.get("pods", 0.0) <= self.watch_timeout + 15.0
 
     @property
     def synced(self) -> bool:
@@ -277,11 +287,13 @@ class LiveCache:
                 while not self._stop.is_set():
                     version = self._watch(kind, version)
             except Gone:
+                self._failing.add(kind.name)
                 log.info("%s: resourceVersion expired (410 Gone); listing again", kind.name)
                 continue
             except Exception as exc:
                 if self._stop.is_set():
                     return
+                self._failing.add(kind.name)
                 if kind in _OPTIONAL and self._not_served(kind, exc):
                     self._stop.wait(self.recheck_seconds)
                     continue
@@ -310,6 +322,7 @@ class LiveCache:
         self.relists[kind.name] += 1
         self._contact[kind.name] = time.monotonic()
         self._synced.add(kind.name)
+        self._failing.discard(kind.name)
         log.info("%s: listed %d at resourceVersion %s", kind.name, count, version)
         return version
 
@@ -348,6 +361,8 @@ class LiveCache:
         with self._lock:
             if kind == "pods":
                 self._pods, self._usage = fresh.pods, fresh.usage
+                if self.reservations is not None:
+                    self.reservations.release_listed(fresh.pods.values())
             elif kind == "namespaces":
                 self._namespaces = fresh.namespaces
             elif kind == "nodes":

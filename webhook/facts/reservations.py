@@ -1,9 +1,11 @@
 """GPUs held for pods this replica admitted but the watch has not shown yet.
 
 Without holds, two creates racing for the last GPUs of a budget both pass. A hold ends when the
-watch reports the pod (`release_for`), or after `ttl` seconds (`expire`, called by a timer and
-before each read). Drivers never take one for a dryRun request. Holds live in one replica: see
-the README for the race across replicas.
+watch reports the pod (`release_for`); when a current watch has had `settle` seconds to show it
+and did not (the create was refused further down the admission chain, or the review was never
+followed by one: forged); or after `ttl` seconds whatever the watch (`expire`, called by a timer
+and before each read). Drivers never take one for a dryRun request. Holds live in one replica:
+see the docs for the race across replicas.
 
 Anyone who can reach the Service can post a review that looks admitted, so the holds are
 bounded as if every sender were hostile: one hold per (namespace, pod name) — a repeated review
@@ -18,6 +20,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -36,12 +39,14 @@ _MAX_NAME = 253
 _MAX_RESOURCES = 16
 _MAX_PRODUCTS = 64
 _MAX_LABEL_VALUE = 63  # a product is a node label value
+_RECENT = 20  # unmatched holds named in one log line
 
 
 @dataclass(slots=True)
 class _Hold:
     pod: PodGpus
-    until: float
+    until: float  # the end whatever the watch says
+    settle_by: float  # the end once a current watch has had the time to show the pod
 
 
 @dataclass(slots=True)
@@ -91,9 +96,23 @@ class Reservations:
     """
 
     def __init__(
-        self, ttl: float = 30.0, max_holds: int = 10_000, max_per_namespace: int | None = None
+        self,
+        ttl: float = 30.0,
+        max_holds: int = 10_000,
+        max_per_namespace: int | None = None,
+        *,
+        settle: float | None = None,
     ) -> None:
         self.ttl = ttl
+        # How long a real create can take from this replica's answer to the watch showing the
+        # pod (the rest of the admission chain, the write, the watch's delivery). Only read
+        # while `watching()` says a watch of pods is current; without one `ttl` is the end.
+        self.settle = ttl if settle is None else min(settle, ttl)
+        # Set by the live cache: whether its pods watch is current. None (a snapshot): no
+        # watch will ever show a pod, so a hold's end says nothing about it.
+        self.watching: Callable[[], bool] | None = None
+        self.unmatched = 0  # holds that ended without the watch showing their pod (a metric)
+        self._recent_unmatched: list[_Key] = []  # for the log line, at most _RECENT kept
         self.max_holds = max(1, max_holds)
         # A tenth of all holds by default: one namespace cannot evict everyone else's.
         self.max_per_namespace = max(1, max_per_namespace or self.max_holds // 10)
@@ -111,7 +130,7 @@ class Reservations:
         """Hold `pod`'s GPUs for `ttl` seconds, replacing any hold of the same pod name."""
         if self.ttl <= 0 or not pod.gpus or not _acceptable(pod):
             return
-        until = (time.monotonic() if now is None else now) + self.ttl
+        taken = time.monotonic() if now is None else now
         namespace = pod.namespace
         key = (namespace, pod.name)
         with self._lock:
@@ -123,7 +142,7 @@ class Reservations:
             if len(self._order) >= self.max_holds:
                 self._drop(next(iter(self._order)))
                 self.dropped += 1
-            entry = _Hold(pod, until)
+            entry = _Hold(pod, taken + self.ttl, taken + self.settle)
             self._order[key] = entry
             ns = self._namespaces.get(namespace)  # it may have gone with its last hold above
             if ns is None:
@@ -154,18 +173,43 @@ class Reservations:
                     self._drop(key)
                     return
 
+    def release_listed(self, pods: Iterable[PodGpus]) -> None:
+        """A relist showed `pods`: drop the holds they account for (a pod created while the
+        watch was down arrives in the list, never as an event)."""
+        for pod in pods:
+            if pod.namespace in self._namespaces:
+                self.release_for(pod)
+
     def expire(self, now: float | None = None) -> int:
-        """Drop every hold whose time is up; how many went. Amortised O(1) per hold."""
+        """Drop every hold whose time is up; how many went. Amortised O(1) per hold.
+
+        Every hold has the same `settle` and `ttl`, so the oldest is always the first due.
+        With a watch, each one that goes here ended unmatched: it never showed the pod."""
         now = time.monotonic() if now is None else now
+        if not self._order:
+            return 0
+        watching = self.watching
+        current = watching is not None and watching()
         dropped = 0
         with self._lock:
             while self._order:
                 key, entry = next(iter(self._order.items()))
-                if entry.until > now:
+                if entry.until > now and (not current or entry.settle_by > now):
                     break
                 self._drop(key)
                 dropped += 1
+                if watching is not None and len(self._recent_unmatched) < _RECENT:
+                    self._recent_unmatched.append(key)
+            if watching is not None:
+                self.unmatched += dropped
         return dropped
+
+    def take_unmatched(self) -> list[tuple[str, str]]:
+        """(namespace, pod name) of holds that ended unmatched since the last call, at most
+        a few dozen (the count is `unmatched`): what the periodic log line names."""
+        with self._lock:
+            recent, self._recent_unmatched = self._recent_unmatched, []
+        return recent
 
     def usage(self, namespace: str) -> Usage | None:
         """The GPUs held in `namespace` right now (a copy), or None when nothing is."""

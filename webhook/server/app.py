@@ -34,7 +34,14 @@ from webhook.facts.snapshotfile import load_snapshot
 from webhook.server.admission import decide, skipped
 from webhook.server.http1 import Answer, Handler, Request, Routes, error
 from webhook.server.limits import Limits, ServerState, map_large_buffers
-from webhook.server.metrics import CONTENT_TYPE, TALLY, record, render, watch_cluster_facts
+from webhook.server.metrics import (
+    CONTENT_TYPE,
+    TALLY,
+    decisions,
+    record,
+    render,
+    watch_cluster_facts,
+)
 from webhook.server.ports import serve_until_signalled
 from webhook.server.reload import RuleHolder
 from webhook.server.review import BadReview, decode, respond
@@ -152,8 +159,11 @@ class Admission:
         return run
 
 
-def live_source(kubeconfig: Path | None, hold_seconds: float = 30.0) -> ClusterSource:
-    """Facts from the API server: a kubeconfig file, or the pod's service account in-cluster."""
+def live_source(
+    kubeconfig: Path | None, hold_seconds: float = 30.0, hold_settle_seconds: float = 10.0
+) -> ClusterSource:
+    """Facts from the API server: a kubeconfig file, or the pod's service account in-cluster.
+    A hold ends `hold_settle_seconds` after it was taken while the pods watch is current."""
     from kubernetes import client, config
 
     cfg = client.Configuration()
@@ -161,7 +171,7 @@ def live_source(kubeconfig: Path | None, hold_seconds: float = 30.0) -> ClusterS
         config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
     else:
         config.load_incluster_config(client_configuration=cfg)
-    reservations = Reservations(ttl=hold_seconds)
+    reservations = Reservations(ttl=hold_seconds, settle=hold_settle_seconds)
     live = LiveCache(client.ApiClient(cfg), reservations=reservations, on_relist=_freeze_after)
     return ClusterSource(ReservingFacts(live, reservations), reservations, live)
 
@@ -180,14 +190,16 @@ def cluster_source(
     kubeconfig: Path | None = None,
     in_cluster: bool = False,
     hold_seconds: float = 30.0,
+    hold_settle_seconds: float = 10.0,
 ) -> ClusterSource:
-    """The facts `serve` judges with, GPU holds lasting `hold_seconds` (0: none) included."""
+    """The facts `serve` judges with, GPU holds lasting `hold_seconds` (0: none) included.
+    From a snapshot no watch will ever show a pod: holds last their full period."""
     if snapshot is not None:
         reservations = Reservations(ttl=hold_seconds)
         log.info("cluster facts from the snapshot %s", snapshot)
         return ClusterSource(ReservingFacts(load_snapshot(snapshot), reservations), reservations)
     if kubeconfig is not None or in_cluster:
-        source = live_source(kubeconfig, hold_seconds)
+        source = live_source(kubeconfig, hold_seconds, hold_settle_seconds)
         live = source.live
         assert live is not None
         watch_cluster_facts(live.age_seconds, lambda: live.pod_count)
@@ -263,14 +275,29 @@ def hold_expirer(
     reservations: Reservations, every: float = 1.0
 ) -> Callable[[], AsyncIterator[None]]:
     """Drop expired GPU holds once a second, so holds for namespaces that are never asked
-    about again do not pile up."""
+    about again do not pile up, and name in the decision log the holds that ended without the
+    watch showing their pod: a create refused further down the chain, or a forged review."""
 
     async def loop() -> None:
         while True:
             await asyncio.sleep(every)
             reservations.expire()
+            log_unmatched(reservations)
 
     return _background(loop)
+
+
+def log_unmatched(reservations: Reservations) -> None:
+    """One decision-log line for the holds that ended unmatched since the last one."""
+    ended = reservations.take_unmatched()
+    if not ended:
+        return
+    decisions.warning(
+        "GPU holds ended without the watch showing their pod (refused later in the admission "
+        "chain, or a review no create followed): %s",
+        ", ".join(f"{namespace}/{name}" for namespace, name in ended),
+        extra={"event": "hold-unmatched", "holds": [f"{ns}/{name}" for ns, name in ended]},
+    )
 
 
 class _HoldMetrics(Collector):
@@ -289,6 +316,12 @@ class _HoldMetrics(Collector):
             "gpu_admission_gpu_holds_dropped",
             "GPU holds dropped before their time by the total or per-namespace cap.",
             value=self.reservations.dropped,
+        )
+        yield CounterMetricFamily(
+            "gpu_admission_gpu_holds_unmatched",
+            "GPU holds that ended without the watch showing their pod: creates refused later "
+            "in the admission chain, or reviews posted without a create (forged).",
+            value=self.reservations.unmatched,
         )
 
 
@@ -340,6 +373,7 @@ def serve(
     limits: Limits | None = None,
     drain_seconds: float = 5.0,
     hold_seconds: float = 30.0,
+    hold_settle_seconds: float = 10.0,
     release_memory: bool = True,
     profile_stages: bool = False,
 ) -> None:
@@ -358,6 +392,7 @@ def serve(
         kubeconfig=kubeconfig,
         in_cluster=in_cluster,
         hold_seconds=hold_seconds,
+        hold_settle_seconds=hold_settle_seconds,
     )
     if release_memory:
         map_large_buffers()

@@ -154,7 +154,15 @@ def add_serve_parser(sub: Any, rules_help: str, run: Callable[[argparse.Namespac
         "--hold-seconds",
         type=positive(float, zero=True),
         default=30.0,
-        help="how long an admitted GPU pod's GPUs are held until the watch shows the pod "
+        help="the longest an admitted GPU pod's GPUs are held until the watch shows the pod "
         "(default: 30; 0 disables holds)",
+    )
+    srv.add_argument(
+        "--hold-settle-seconds",
+        type=positive(float),
+        default=10.0,
+        help="with a current watch of pods, a hold the watch has not matched after this long "
+        "ends (the create was refused later in the admission chain, or never made) "
+        "(default: 10, the apiserver's default webhook timeout)",
     )
     srv.set_defaults(func=run)
