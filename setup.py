@@ -26,6 +26,7 @@ COMPILED = [
     "webhook/engine/pipeline.py",
     "webhook/engine/patch.py",
     "webhook/engine/accounting.py",
+    "webhook/engine/totals.py",
     "webhook/engine/reach.py",
     "webhook/engine/checks/isolation.py",
     "webhook/engine/checks/kserve.py",

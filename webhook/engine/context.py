@@ -9,6 +9,7 @@ from webhook.ruleset.models import RuleSettings
 
 if TYPE_CHECKING:
     from webhook.engine.compiled import CompiledRules
+    from webhook.engine.totals import Totals
 
 __all__ = ["Context"]
 
@@ -20,7 +21,7 @@ class Context:
     annotations at import, and `CompiledRules` imports the checks that import this.
     """
 
-    __slots__ = ("facts", "kind", "namespace", "operation", "rules")
+    __slots__ = ("facts", "kind", "namespace", "operation", "rules", "totals")
 
     def __init__(
         self,
@@ -35,6 +36,9 @@ class Context:
         self.kind = kind
         self.operation = operation
         self.facts = facts  # None: no cluster facts (offline audit)
+        # A controller's GPU asks, all its pods at once (set before validation); None for a
+        # pod, or a controller asking no GPU.
+        self.totals: Totals | None = None
 
     @property
     def settings(self) -> RuleSettings:

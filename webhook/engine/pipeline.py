@@ -24,6 +24,7 @@ from webhook.engine.patch import clone, diff, working_copy
 from webhook.engine.podviews import PodView, UnreadableObject, pod_views
 from webhook.engine.sharing import mark_shared
 from webhook.engine.subject import Subject
+from webhook.engine.totals import object_totals
 from webhook.facts.model import Facts, PodGpus
 
 __all__ = ["Stage", "evaluate"]
@@ -79,6 +80,9 @@ def _evaluate(
         subject = dataclasses.replace(subject, obj=obj)
         _, views = _scope(subject, rules, labels)  # the same namespace: the same rules
         views = claims.resolve(views, compiled, facts)
+    if subject.kind != "Pod" and views:
+        workload = rules.workloads.get(subject.group, subject.kind)
+        ctx.totals = object_totals(views, ctx, workload is not None and workload.gang)
     findings = _validate(views, ctx, facts is not None)
     return combine(
         findings,

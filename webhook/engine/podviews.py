@@ -28,9 +28,10 @@ from webhook.engine.fields import (
     pointer,
     walk,
 )
-from webhook.engine.workloads import DEFAULT_TABLE, Workload, WorkloadTable
+from webhook.engine.workloads import DEFAULT_TABLE, Factor, Workload, WorkloadTable
 from webhook.podrequest import is_sidecar
 from webhook.quantity import Amount, QuantityError, parse_quantity, positive
+from webhook.ruleset.workloads import LIST_ITEMS, MAP_VALUES
 
 __all__ = [
     "BUILTIN_GROUPS",
@@ -309,6 +310,42 @@ def _replica_count(obj: dict[str, Any], path: tuple[str, ...] | None) -> int:
     return node if isinstance(node, int) and not isinstance(node, bool) and node >= 0 else 1
 
 
+def _count_at(obj: Any, path: tuple[str, ...], where: tuple[str | int, ...]) -> Any:
+    """The value at `path`, its wildcard standing for the item `where` passed through (a
+    replica path shares the template's wildcard, at the same place); None when absent."""
+    node: Any = obj
+    for i, seg in enumerate(path):
+        key: str | int = where[i] if seg in (LIST_ITEMS, MAP_VALUES) else seg
+        if isinstance(node, dict):
+            node = node.get(key)
+        elif isinstance(node, list) and isinstance(key, int) and key < len(node):
+            node = node[key]
+        else:
+            return None
+    return node
+
+
+def _template_pods(
+    obj: dict[str, Any], factors: tuple[Factor, ...], where: tuple[str | int, ...]
+) -> int:
+    """How many pods of the template at `where` run at once: the product of its factors."""
+    pods = 1
+    for factor in factors:
+        count = factor.default
+        for path in factor.paths:
+            value = _count_at(obj, path, where)
+            if value is not None:
+                ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+                count = value if ok else factor.default
+                break
+        if factor.minus and (
+            factor.minus_if is None or _count_at(obj, factor.minus_if, where) is not None
+        ):
+            count = max(0, count - factor.minus)
+        pods *= count
+    return pods
+
+
 def _check_pod_fields(spec: dict[str, Any], spec_path: str) -> None:
     if not lists_ok(spec, ("tolerations", "volumes")):
         for list_name in ("tolerations", "volumes"):
@@ -379,9 +416,10 @@ def pod_views(
         raise UnreadableObject("object", f"expected a {kind} object, found {type(obj).__name__}")
     views = []
     replicas = _replica_count(obj, workload.replicas)
-    for segments in workload.spec_paths:
+    for segments, factors in zip(workload.spec_paths, workload.spec_replicas, strict=True):
         for where, spec in walk(obj, segments, ()):
             spec_path = dotted("", *where)
+            pods = replicas if factors is None else _template_pods(obj, factors, where)
             spec = mapping(spec, spec_path)
             meta = _parent_meta(obj, where)
             _check_pod_fields(spec, spec_path)
@@ -395,7 +433,7 @@ def pod_views(
                     annotations=_labels(meta, "annotations"),
                     owner_kinds=_owner_kinds(meta) if kind == "Pod" else (kind,),
                     containers=_containers(spec, spec_path, is_gpu, workload.inline),
-                    replicas=replicas,
+                    replicas=pods,
                     mutable=workload.mutate,
                     shm=workload.shm,
                     runtime=workload.runtime,

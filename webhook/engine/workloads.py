@@ -9,9 +9,28 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from webhook.ruleset.workloads import BUILTIN_WORKLOADS, WorkloadKind, parse_path
+from webhook.ruleset.workloads import BUILTIN_WORKLOADS, ReplicaFactor, WorkloadKind, parse_path
 
-__all__ = ["DEFAULT_TABLE", "Workload", "WorkloadTable", "workload_table"]
+__all__ = ["DEFAULT_TABLE", "Factor", "Workload", "WorkloadTable", "workload_table"]
+
+
+@dataclass(frozen=True, slots=True)
+class Factor:
+    """One replica factor, its paths parsed (see `ruleset.workloads.ReplicaFactor`)."""
+
+    paths: tuple[tuple[str, ...], ...]
+    default: int
+    minus: int
+    minus_if: tuple[str, ...] | None
+
+
+def _factor(f: ReplicaFactor) -> Factor:
+    return Factor(
+        paths=tuple(parse_path(p) for p in f.paths),
+        default=f.default,
+        minus=f.minus,
+        minus_if=parse_path(f.minus_if) if f.minus_if else None,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +43,8 @@ class Workload:
     container_paths: tuple[tuple[tuple[str, ...], str], ...]
     inline: tuple[str, ...]
     replicas: tuple[str, ...] | None
+    # For each of `spec_paths`: its own replica factors, or None (the kind's `replicas`).
+    spec_replicas: tuple[tuple[Factor, ...] | None, ...]
 
     @property
     def group(self) -> str:
@@ -46,6 +67,10 @@ class Workload:
         return self.declared.runtime
 
     @property
+    def gang(self) -> bool:
+        return self.declared.gang
+
+    @property
     def cluster_scoped(self) -> bool:
         return self.declared.scope == "Cluster"
 
@@ -57,6 +82,9 @@ def _compile(kind: WorkloadKind) -> Workload:
         container_paths=tuple((parse_path(c.path), c.resources) for c in kind.containers),
         inline=tuple(kind.inline_containers),
         replicas=parse_path(kind.replicas) if kind.replicas else None,
+        spec_replicas=tuple(
+            None if fs is None else tuple(_factor(f) for f in fs) for fs in kind.spec_replicas()
+        ),
     )
 
 

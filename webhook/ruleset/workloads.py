@@ -24,6 +24,8 @@ __all__ = [
     "LIST_ITEMS",
     "MAP_VALUES",
     "ContainerPath",
+    "PodTemplatePath",
+    "ReplicaFactor",
     "WorkloadKind",
     "parse_path",
 ]
@@ -82,6 +84,69 @@ class ContainerPath(StrictModel):
     _paths = field_validator("path")(lambda v: _check_paths([v])[0])
 
 
+def _wildcard_prefix(path: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The segments up to and including the path's wildcard; None when it has none."""
+    for i, seg in enumerate(path):
+        if seg in (LIST_ITEMS, MAP_VALUES):
+            return path[: i + 1]
+    return None
+
+
+class ReplicaFactor(StrictModel):
+    """One factor of how many pods a template stands for at once.
+
+    The first of `path` present in the object (a list gives fallbacks: a Ray worker group's
+    `replicas`, then its `minReplicas`), else `default`; less `minus` (a LeaderWorkerSet's
+    workers per group are `size - 1`), and only when `minusIf` is present, if given (without
+    a `leaderTemplate` the leader is made from the worker template too). A path may use the
+    template's own wildcard: `spec.tasks[*].replicas` is read from the same task.
+    """
+
+    path: str | list[str]
+    default: int = Field(default=1, ge=0)
+    minus: int = Field(default=0, ge=0)
+    minus_if: str | None = None
+
+    @property
+    def paths(self) -> list[str]:
+        return [self.path] if isinstance(self.path, str) else list(self.path)
+
+    @model_validator(mode="after")
+    def _parse(self) -> ReplicaFactor:
+        if not self.paths:
+            raise ValueError("give at least one path")
+        for p in self.paths:
+            parse_path(p)
+        if self.minus_if is not None:
+            parse_path(self.minus_if)
+        return self
+
+
+class PodTemplatePath(StrictModel):
+    """A pod template and how many of its pods run at once: the product of `replicas`
+    (Kubeflow `*ReplicaSpecs.<role>.replicas`; a JobSet's `replicas` x the Job's
+    `parallelism`). Without `replicas`, the kind's own `replicas` path, else 1."""
+
+    path: str
+    replicas: list[str | ReplicaFactor] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _same_wildcard(self) -> PodTemplatePath:
+        own = _wildcard_prefix(parse_path(self.path))
+        for factor in self.factors():
+            for p in [*factor.paths, *([factor.minus_if] if factor.minus_if else [])]:
+                theirs = _wildcard_prefix(parse_path(p))
+                if theirs is not None and theirs != own:
+                    raise ValueError(
+                        f"{p!r}: a replica path may use a wildcard only where the template "
+                        f"{self.path!r} has its own, to read the same item"
+                    )
+        return self
+
+    def factors(self) -> list[ReplicaFactor]:
+        return [ReplicaFactor(path=f) if isinstance(f, str) else f for f in self.replicas]
+
+
 class WorkloadKind(StrictModel):
     """A kind whose objects carry pod specs: where they are, and how the webhook is told."""
 
@@ -92,7 +157,8 @@ class WorkloadKind(StrictModel):
     versions: list[Annotated[str, Field(pattern=_VERSION)]] = Field(min_length=1)
     scope: Literal["Namespaced", "Cluster"] = "Namespaced"
     pod_specs: list[str] = Field(default_factory=list)  # paths to a PodSpec
-    pod_templates: list[str] = Field(default_factory=list)  # paths to a PodTemplateSpec
+    # Paths to a PodTemplateSpec; an object also says how many pods each one makes.
+    pod_templates: list[str | PodTemplatePath] = Field(default_factory=list)
     containers: list[ContainerPath] = Field(default_factory=list)
     # Keys inside each pod spec holding one container (KServe's `model`, `pytorch`, ...).
     inline_containers: list[str] = Field(default_factory=list)
@@ -108,8 +174,18 @@ class WorkloadKind(StrictModel):
     # so it gets no NVIDIA_VISIBLE_DEVICES=void (which would hide that GPU), and a GPU
     # toleration without a GPU here is no mistake.
     runtime: bool = False
+    # true: every pod of an object runs together or none does (a training job's workers wait
+    # for each other), so an object asking more than a budget allows at all can never run and
+    # is refused; false: only warned, its pods are judged one by one when created.
+    gang: bool = False
 
-    _paths = field_validator("pod_specs", "pod_templates")(_check_paths)
+    _paths = field_validator("pod_specs")(_check_paths)
+
+    @field_validator("pod_templates")
+    @classmethod
+    def _template_paths(cls, value: list[str | PodTemplatePath]) -> list[str | PodTemplatePath]:
+        _check_paths([t if isinstance(t, str) else t.path for t in value])
+        return value
 
     @field_validator("replicas")
     @classmethod
@@ -133,8 +209,16 @@ class WorkloadKind(StrictModel):
     def spec_paths(self) -> tuple[tuple[str, ...], ...]:
         """Every path to a pod spec: a template's spec sits under its `spec`."""
         return tuple(parse_path(p) for p in self.pod_specs) + tuple(
-            (*parse_path(p), "spec") for p in self.pod_templates
+            (*parse_path(t if isinstance(t, str) else t.path), "spec") for t in self.pod_templates
         )
+
+    def spec_replicas(self) -> tuple[tuple[ReplicaFactor, ...] | None, ...]:
+        """For each of `spec_paths`, its own replica factors; None: the kind's `replicas`."""
+        own = tuple(
+            tuple(t.factors()) if isinstance(t, PodTemplatePath) and t.replicas else None
+            for t in self.pod_templates
+        )
+        return (None,) * len(self.pod_specs) + own
 
 
 def _kind(
@@ -151,12 +235,23 @@ _KSERVE_INLINE = [
 ]  # fmt: skip
 
 
-def _ray(prefix: str) -> list[str]:
-    return [f"{prefix}headGroupSpec.template", f"{prefix}workerGroupSpecs[*].template"]
+def _ray(prefix: str) -> list[object]:
+    """One head, and each worker group's `replicas` (else `minReplicas`, else 1)."""
+    workers = f"{prefix}workerGroupSpecs[*]"
+    return [
+        f"{prefix}headGroupSpec.template",
+        {
+            "path": f"{workers}.template",
+            "replicas": [{"path": [f"{workers}.replicas", f"{workers}.minReplicas"]}],
+        },
+    ]
 
 
 def _replicas(field: str) -> dict[str, object]:
-    return {"podTemplates": [f"spec.{field}.*.template"]}
+    """Kubeflow's replica specs: each role's pods, `replicas` of them (1 when unsaid), all
+    running together."""
+    template = {"path": f"spec.{field}.*.template", "replicas": [f"spec.{field}.*.replicas"]}
+    return {"podTemplates": [template], "gang": True}
 
 
 _TEMPLATE = {"podTemplates": ["spec.template"]}
@@ -199,7 +294,7 @@ BUILTIN_WORKLOADS: tuple[WorkloadKind, ...] = (
           runtime=True),
     _kind("trainer.kubeflow.org", "TrainJob", "trainjobs", ["v1alpha1"],
           containers=[{"path": "spec.trainer", "resources": "resourcesPerNode"}],
-          replicas="spec.trainer.numNodes", mutate=False),
+          replicas="spec.trainer.numNodes", mutate=False, gang=True),
     # KServe inlines the pod spec into each component (containers, volumes, tolerations...);
     # a multi-node predictor has a workerSpec, a pod spec too.
     _kind("serving.kserve.io", "InferenceService", "inferenceservices", ["v1beta1"],
@@ -217,12 +312,24 @@ BUILTIN_WORKLOADS: tuple[WorkloadKind, ...] = (
           podSpecs=["spec.template", "spec.worker", "spec.prefill.template", "spec.prefill.worker",
                     "spec.router.scheduler.template"],
           replicas="spec.replicas", shm=False),
+    # Each replicated Job runs `replicas` Jobs of `parallelism` pods.
     _kind("jobset.x-k8s.io", "JobSet", "jobsets", ["v1alpha2"],
-          podTemplates=["spec.replicatedJobs[*].template.spec.template"]),
+          podTemplates=[{"path": "spec.replicatedJobs[*].template.spec.template",
+                         "replicas": ["spec.replicatedJobs[*].replicas",
+                                      "spec.replicatedJobs[*].template.spec.parallelism"]}]),
+    # `replicas` groups of `size` pods: one leader (from the worker template when there is
+    # no leader template) and size - 1 workers. A group is all-or-nothing, the object is not.
     _kind("leaderworkerset.x-k8s.io", "LeaderWorkerSet", "leaderworkersets", ["v1"],
           podTemplates=["spec.leaderWorkerTemplate.leaderTemplate",
-                        "spec.leaderWorkerTemplate.workerTemplate"]),
-    _kind("batch.volcano.sh", "Job", "jobs", ["v1alpha1"], podTemplates=["spec.tasks[*].template"]),
+                        {"path": "spec.leaderWorkerTemplate.workerTemplate",
+                         "replicas": ["spec.replicas",
+                                      {"path": "spec.leaderWorkerTemplate.size", "minus": 1,
+                                       "minusIf": "spec.leaderWorkerTemplate.leaderTemplate"}]}],
+          replicas="spec.replicas"),
+    # A gang of minAvailable pods, which may be fewer than all tasks' replicas: warned only.
+    _kind("batch.volcano.sh", "Job", "jobs", ["v1alpha1"],
+          podTemplates=[{"path": "spec.tasks[*].template",
+                         "replicas": ["spec.tasks[*].replicas"]}]),
     # NVIDIA NIM Operator: a NIMService's spec is one container-like object (image, env,
     # resources) plus placement; the operator makes Deployments or LeaderWorkerSets of it, and
     # their pods get the mutations when created.

@@ -20,6 +20,7 @@ from webhook.engine.checks.trust import trusted_facts, unknown_facts
 from webhook.engine.context import Context
 from webhook.engine.findings import Finding
 from webhook.engine.podviews import PodView
+from webhook.engine.totals import Totals
 from webhook.facts.dra import DraFacts
 from webhook.facts.model import GPU_PRODUCT_LABEL, Facts, NodeIndex, Usage
 from webhook.facts.nodematch import Placement
@@ -124,30 +125,39 @@ def _over_budget(
     nodes: NodeIndex,
     devices: list[claims.NewDevices],
 ) -> Iterator[Finding]:
-    """Usage + ask against one budget; for a controller, replicas x ask, as advice only.
+    """Usage + ask against one budget; for a controller, all its pods at once, as advice.
 
     A product cap applies to every product the pod could land on (`reach`): the pod must fit
-    under each, since the scheduler may put it on any of them.
+    under each, since the scheduler may put it on any of them. A controller's budget-wide
+    totals (`ctx.totals`) are judged once, on its lead template; a gang kind asking more than
+    the budget allows at all could never start, and is refused.
     """
+    totals = ctx.totals
     pods = pod.replicas if ctx.kind != "Pod" else 1
     what = "this pod asks {n}" if pods == 1 else f"{pods} pods x {{per}} = {{n}}"
-    limits = [
-        (name, cap, usage.by_resource.get(name, 0), "") for name, cap in budget.limits.items()
-    ]
+    limits = []
+    if totals is None or pod.pointer == totals.lead:
+        limits = [
+            (name, cap, usage.by_resource.get(name, 0), "") for name, cap in budget.limits.items()
+        ]
     for product in sorted(reach.intersection(budget.products)):
         limits += [
             (name, cap, usage.by_product.get((name, product), 0), product)
             for name, cap in budget.products[product].items()
         ]
     for name, cap, used, prod in limits:
-        per = ask.get(name, 0)
+        whole = totals if not prod else None  # a controller's budget-wide total
+        per = ask.get(name, 0) if whole is None else whole.gpus.get(name, 0)
         if per <= 0:
             continue
-        total = per * pods
+        total = per * pods if whole is None else per
+        if whole is not None and whole.gang and total > cap:
+            yield _never_fits(pod, ctx, whole, name, cap, budget)
+            continue
         if used + total <= cap:
             continue
         scope = f"{name} on {prod}" if prod else name
-        asked = what.format(n=show(total), per=show(per))
+        asked = whole.asked(name) if whole else what.format(n=show(total), per=show(per))
         left = cap - used if cap > used else 0
         if prod:
             others = _alternatives(pod, name, per, total, usage, budget, nodes)
@@ -174,19 +184,62 @@ def _over_budget(
         )
 
 
+def _never_fits(
+    pod: PodView, ctx: Context, totals: Totals, name: str, cap: Amount, budget: QuotaBudget | str
+) -> Finding:
+    """A gang kind asking more than a cap allows at all: its pods wait for each other, so the
+    ones the cap admits would wait forever for the ones it refuses."""
+    where = f"budget {budget.name!r}" if isinstance(budget, QuotaBudget) else budget
+    raise_it = (
+        f"ask the platform team to raise budget {budget.name!r}"
+        if isinstance(budget, QuotaBudget)
+        else f"ask the platform team to raise {budget}"
+    )
+    return Finding(
+        rule=RULE,
+        summary=(
+            f"{RULE}: {where} allows {show(cap)} {name} in namespace {ctx.namespace} and this "
+            f"{ctx.kind} asks {totals.asked(name)} at once; its pods run together or not at "
+            "all, so it could never start"
+        ),
+        fix=(
+            f"ask for at most {show(cap)} {name} in all (fewer replicas, or fewer GPUs per "
+            f"pod), or {raise_it}"
+        ),
+        field=f"{pod.field_path}.containers",
+    )
+
+
 def _native(pod: PodView, ctx: Context, ask: dict[str, Amount], facts: Facts) -> Iterator[Finding]:
     """ResourceQuota will refuse the pod later with a terse message; say it now, plainly.
 
     Extended resources are quota'd as `requests.<name>` (and `limits.<name>` is accepted too).
-    `used` already counts admitted pods, so in-flight reservations are not added again.
+    `used` already counts admitted pods, so in-flight reservations are not added again. A
+    controller is judged once for all its pods (`ctx.totals`), a gang kind that could never
+    fit refused.
     """
+    totals = ctx.totals
+    if totals is not None and pod.pointer != totals.lead:
+        return
     for quota in facts.quotas:
         for key, hard in quota.hard.items():
             prefix, _, name = key.partition(".")
-            if prefix not in ("requests", "limits") or name not in ask:
+            if prefix not in ("requests", "limits"):
+                continue
+            if totals is not None:
+                total = totals.gpus.get(name, 0)
+                if total <= 0:
+                    continue
+                if totals.gang and total > hard:
+                    yield _never_fits(
+                        pod, ctx, totals, name, hard, f"ResourceQuota {quota.name} ({key})"
+                    )
+                    continue
+            elif name in ask:
+                total = ask[name]
+            else:
                 continue
             used = quota.used.get(key, 0)
-            total = ask[name] * (pod.replicas if ctx.kind != "Pod" else 1)
             if used + total <= hard:
                 continue
             yield Finding(
