@@ -11,6 +11,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from webhook.cli import main
 from webhook.engine.compiled import compile_rules
 from webhook.export.bundle import build
 from webhook.export.companion import webhook_only_settings
@@ -122,3 +123,46 @@ def test_budget_names_that_read_alike_get_quotas_of_their_own() -> None:
     names = {quota_name(n) for n in ("ml-team GPUs", "ML_team_gpus", "ml team gpus")}
     assert len(names) == 3
     assert all(len(n) <= 63 and n == n.lower() for n in names)
+
+
+def test_rules_check_with_a_snapshot_reports_budgets_and_quotas_that_disagree(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "rules").mkdir()
+    rules = _folder(tmp_path / "rules")
+    snapshot = {
+        "apiVersion": "gpu-admission.io/v1",
+        "kind": "ClusterSnapshot",
+        "namespaces": {"ml-team": {"labels": {}}},
+        "resourceQuotas": [
+            # the generated quota, applied and in step for AMD; an older one, looser for NVIDIA
+            {"namespace": "ml-team", "name": quota_name("ML Team"),
+             "hard": {"requests.amd.com/gpu": "2", "requests.nvidia.com/gpu": "8"}},
+            {"namespace": "ml-team", "name": "legacy", "hard": {"requests.nvidia.com/gpu": "16"}},
+        ],
+    }  # fmt: skip
+    path = tmp_path / "snapshot.yaml"
+    path.write_text(yaml.safe_dump(snapshot))
+    assert main(["rules", "check", str(rules), "--cluster-snapshot", str(path)]) == 0
+    out = capsys.readouterr().out
+    warnings = [line for line in out.splitlines() if line.startswith("warning:")]
+    assert warnings == [
+        "warning: budget 'ML Team': no ResourceQuota in ml-team caps "
+        "gpu.nvidia.com.deviceclass.resource.k8s.io/devices yet; apply ResourceQuota "
+        f"{quota_name('ML Team')} (`gpu-admission export`) so the apiserver keeps it across "
+        "replicas",
+        "warning: budget 'ML Team' allows requests.nvidia.com/gpu=8 in ml-team, ResourceQuota "
+        "legacy allows 16: the budget's 8 is what holds and what the webhook explains; make "
+        "them agree (change the budget, or re-export and apply the quota)",
+    ]
+
+
+def test_rules_check_refuses_a_snapshot_it_cannot_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "rules").mkdir()
+    path = tmp_path / "snapshot.yaml"
+    path.write_text("kind: [")
+    rules = str(_folder(tmp_path / "rules"))
+    assert main(["rules", "check", rules, "--cluster-snapshot", str(path)]) == 2
+    assert "snapshot.yaml" in capsys.readouterr().err

@@ -36,7 +36,7 @@ def _pod(name: str, gpus: int) -> dict[str, Any]:
     }
 
 
-def _cluster(tmp_path: Path, quota: bool) -> ReservingFacts:
+def _cluster(tmp_path: Path, quota: bool, hard: int = 4) -> ReservingFacts:
     snapshot: dict[str, Any] = {
         "apiVersion": "gpu-admission.io/v1",
         "kind": "ClusterSnapshot",
@@ -44,9 +44,9 @@ def _cluster(tmp_path: Path, quota: bool) -> ReservingFacts:
     }
     if quota:
         snapshot["resourceQuotas"] = [
-            {"namespace": "ml-team", "name": "gpu", "hard": {"requests.nvidia.com/gpu": "4"}}
+            {"namespace": "ml-team", "name": "gpu", "hard": {"requests.nvidia.com/gpu": str(hard)}}
         ]
-    path = tmp_path / f"cluster-{quota}.yaml"
+    path = tmp_path / f"cluster-{quota}-{hard}.yaml"
     path.write_text(yaml.safe_dump(snapshot))
     return ReservingFacts(load_snapshot(path), Reservations(ttl=30))
 
@@ -80,3 +80,15 @@ def test_without_a_resource_quota_the_hold_still_counts(tmp_path: Path) -> None:
     _forge(source, tmp_path)
     decision = _decide(source, tmp_path, _pod("real", 1))
     assert not decision.allowed and "gpu-quota" in {f.rule for f in decision.denials}
+
+
+def test_a_resource_quota_looser_than_the_budget_does_not_keep_it_so_holds_count(
+    tmp_path: Path,
+) -> None:
+    """A quota of 16 lets the apiserver admit what a budget of 4 refuses: the budget is the
+    webhook's to keep, with its holds, as if there were no quota."""
+    source = _cluster(tmp_path, quota=True, hard=16)
+    _forge(source, tmp_path)
+    decision = _decide(source, tmp_path, _pod("real", 1))
+    assert not decision.allowed
+    assert any("uses 4 of 4" in f.summary for f in decision.denials)

@@ -235,6 +235,7 @@ def test_facts_with_holds_keep_all_else_the_source_said() -> None:
         provisionable=(),
         serving_runtimes=ServingRuntimes({}, {}),
         dra=DraFacts(None, None, None, {}),
+        unheld=Usage(by_resource={"other.com/gpu": Fraction(1)}, by_product={}),
     )
     for f in dataclasses.fields(Facts):
         if f.default is not dataclasses.MISSING:
@@ -248,7 +249,7 @@ def test_facts_with_holds_keep_all_else_the_source_said() -> None:
     r.hold(pod("a", 2))
     got = ReservingFacts(Source(), r).facts_for("ml")
     assert got.usage.by_resource[GPU] == 5
-    assert got == dataclasses.replace(full, usage=got.usage)
+    assert got == dataclasses.replace(full, usage=got.usage, unheld=None)
     assert full.usage.by_resource[GPU] == 3  # the source's facts are left as they were
 
 
@@ -318,6 +319,7 @@ def test_holds_add_nothing_to_a_resource_a_resource_quota_caps() -> None:
     facts = ReservingFacts(QuotaSnapshot(), r).facts_for("ml")
     assert facts.usage.by_resource[GPU] == 3  # the watch's count only
     assert facts.usage.by_product[(GPU, H100)] == 7  # a per-product cap is the webhook's own
+    assert facts.unheld is not None and facts.unheld.by_resource == {GPU: 4}  # kept aside
     assert ReservingFacts(Snapshot(), r).facts_for("ml").usage.by_resource[GPU] == 7
 
 

@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 import traceback
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -143,11 +144,24 @@ def _labels(text: str | None) -> dict[str, str] | None:
 
 
 def _rules(args: argparse.Namespace) -> int:
+    from webhook.facts.snapshotfile import SnapshotError, load_snapshot
+    from webhook.quantity import Amount
     from webhook.rulecli import commands as rulecli
 
     folder = rules_folder(args.dir)
     if args.rules_command == "check":
-        return rulecli.check(folder, sys.stdout)
+        if not args.cluster_snapshot:
+            return rulecli.check(folder, sys.stdout)
+        try:
+            snapshot = load_snapshot(args.cluster_snapshot)
+        except SnapshotError as exc:
+            print(f"gpu-admission: {exc}", file=sys.stderr)
+            return 2
+
+        def quotas_in(namespace: str) -> list[tuple[str, Mapping[str, Amount]]]:
+            return [(q.name, q.hard) for q in snapshot.facts_for(namespace).quotas]
+
+        return rulecli.check(folder, sys.stdout, quotas_in)
     if args.rules_command == "schema":
         text = json.dumps(rulecli.schema(), indent=2) + "\n"
         if args.out:
@@ -382,6 +396,11 @@ def build_parser() -> argparse.ArgumentParser:
     rules_sub = rules.add_subparsers(dest="rules_command", required=True)
     chk = rules_sub.add_parser("check", help="validate a rule folder (exit 1 on any error)")
     chk.add_argument("dir", nargs="?", help=RULES_HELP)
+    chk.add_argument(
+        "--cluster-snapshot",
+        help="also compare the budgets with this cluster's ResourceQuotas and say where they "
+        "disagree",
+    )
     sch = rules_sub.add_parser("schema", help="print the JSON Schema of rule files")
     sch.add_argument("dir", nargs="?", help=argparse.SUPPRESS)
     sch.add_argument("--out", help="write to this file instead of stdout")

@@ -258,11 +258,15 @@ class Facts:
     # DRA: DeviceClasses, and the namespace's ResourceClaimTemplates and ResourceClaims
     # (`webhook.facts.dra`). None: the source knows nothing of DRA.
     dra: DraFacts | None = None
+    # This replica's holds on resources a ResourceQuota of the namespace caps, left out of
+    # `usage` (the apiserver counts those exactly). A budget tighter than that quota is not
+    # kept by it, so it adds these back. None: no such hold.
+    unheld: Usage | None = None
 
     def priority_class(self, name: str) -> PriorityClass | None:
         return self.priority_classes.get(name)
 
-    def with_usage(self, usage: Usage) -> Facts:
+    def with_usage(self, usage: Usage, unheld: Usage | None = None) -> Facts:
         """The same facts with another usage (this replica's holds added): a new value.
 
         Field by field rather than `dataclasses.replace`, which reads the fields' metadata on
@@ -280,6 +284,7 @@ class Facts:
             self.provisionable,
             self.serving_runtimes,
             self.dra,
+            unheld,
         )
 
 

@@ -221,30 +221,37 @@ class Reservations:
                 return None
             return Usage(dict(ns.total.by_resource), dict(ns.total.by_product))
 
-    def added_to(self, usage: Usage, namespace: str, quotas: tuple[Quota, ...] = ()) -> Usage:
-        """`usage` with this namespace's holds added: a new value, `usage` stays as it was.
-        Holds of a resource one of the namespace's `quotas` caps are left out of the
-        per-resource totals (`natively_capped`): the apiserver counts those exactly.
+    def added_to(
+        self, usage: Usage, namespace: str, quotas: tuple[Quota, ...] = ()
+    ) -> tuple[Usage, Usage | None]:
+        """`usage` with this namespace's holds added (a new value, `usage` stays as it was),
+        and the holds left out of it: those of a resource one of the namespace's `quotas` caps
+        (`natively_capped`), which the apiserver counts exactly. A budget tighter than such a
+        quota adds them back (`Facts.unheld`).
 
         Work is the size of the two totals, never the number of holds.
         """
         if namespace not in self._namespaces:
-            return usage
+            return usage, None
         native = natively_capped(quotas)
         with self._lock:
             ns = self._namespaces.get(namespace)
             if ns is None:
-                return usage
+                return usage, None
             held = ns.total
             out = Usage()
             out.by_resource.update(usage.by_resource)
             out.by_product.update(usage.by_product)
+            unheld: Usage | None = None
             for name, amount in held.by_resource.items():
                 if name not in native:
                     out.by_resource[name] += amount
+                else:
+                    unheld = unheld or Usage()
+                    unheld.by_resource[name] += amount
             for key, amount in held.by_product.items():
                 out.by_product[key] += amount
-            return out
+            return out, unheld
 
     def held(self, namespace: str, now: float | None = None) -> list[PodGpus]:
         """The pods held in `namespace`, oldest first (for tests and debugging: O(holds))."""
@@ -281,8 +288,8 @@ class ReservingFacts:
         facts = self.base.facts_for(namespace)
         holds = self.reservations
         holds.expire()  # amortised O(1); exact even where no timer runs (tests, the CLI)
-        usage = holds.added_to(facts.usage, namespace, facts.quotas)
-        return facts if usage is facts.usage else facts.with_usage(usage)
+        usage, unheld = holds.added_to(facts.usage, namespace, facts.quotas)
+        return facts if usage is facts.usage else facts.with_usage(usage, unheld)
 
 
 _DRA_QUOTA_SUFFIX = ".deviceclass.resource.k8s.io/devices"

@@ -14,7 +14,7 @@ from webhook.rulecli.webhooks import render_webhooks
 from webhook.ruleset.defaults import DEFAULT_EXEMPT_NAMESPACES
 from webhook.ruleset.files import LoadedRules, RuleFileError, load_rules_with_sources
 from webhook.ruleset.models import Override, RuleSet
-from webhook.ruleset.quotas import budget_plans
+from webhook.ruleset.quotas import QuotasIn, budget_plans, disagreements
 from webhook.ruleset.resolve import resolve
 from webhook.selectors import matches_any
 
@@ -99,7 +99,9 @@ def _load(folder: Path | None, out: TextIO) -> LoadedRules | None:
         return None
 
 
-def check(folder: Path | None, out: TextIO) -> int:
+def check(folder: Path | None, out: TextIO, quotas_in: QuotasIn | None = None) -> int:
+    """Validate the rule folder; with the cluster's ResourceQuotas (`quotas_in(namespace)`),
+    also say where they and the budgets disagree."""
     loaded = _load(folder, out)
     if loaded is None:
         return 1
@@ -123,9 +125,12 @@ def check(folder: Path | None, out: TextIO) -> int:
             f"(gpu-admission rules webhooks {folder}) so the apiserver sends them",
             file=out,
         )
-    for plan in budget_plans(rs):
+    plans = budget_plans(rs)
+    for plan in plans:
         for line in plan.describe():
             print(f"note: {line}", file=out)
+    for line in disagreements(plans, quotas_in) if quotas_in is not None else ():
+        print(f"warning: {line}", file=out)
     where = folder if folder is not None else "no rules folder: the built-in defaults"
     print(
         f"ok: {where} is a valid rule set (global mode {rs.mode}, {len(rs.overrides)} overrides)",

@@ -14,12 +14,21 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from webhook.quantity import Amount, show
 from webhook.ruleset.models import QuotaBudget, RuleSet
 from webhook.selectors import is_pattern
 
-__all__ = ["DRA_QUOTA_SUFFIX", "BudgetPlan", "budget_plans", "quota_name"]
+__all__ = [
+    "DRA_QUOTA_SUFFIX",
+    "BudgetPlan",
+    "QuotasIn",
+    "budget_plans",
+    "disagreements",
+    "quota_name",
+]
 
 DRA_QUOTA_SUFFIX = ".deviceclass.resource.k8s.io/devices"
 # HAMi's units are per GPU: a pod asking 2 GPUs of 4000 MiB holds 8000 MiB, which ResourceQuota
@@ -109,3 +118,39 @@ def budget_plans(rules: RuleSet) -> list[BudgetPlan]:
                 )
             )
     return plans
+
+
+QuotasIn = Callable[[str], Sequence[tuple[str, Mapping[str, Amount]]]]
+
+
+def disagreements(plans: list[BudgetPlan], quotas_in: QuotasIn) -> list[str]:
+    """Where a budget and the cluster's ResourceQuotas (`quotas_in(namespace)`: each one's
+    name and hard caps) say different things about the same key. The smaller is what holds
+    and what the webhook explains; the other is a number nobody will ever reach, so each is
+    worth a line. A key no quota caps yet is said too: `export` writes it, and until it is
+    applied the webhook keeps the budget alone."""
+    out = []
+    for plan in plans:
+        if plan.namespace is None:
+            continue
+        present = quotas_in(plan.namespace)
+        for key, limit in sorted(plan.hard.items()):
+            caps = [(name, hard[key]) for name, hard in present if key in hard]
+            if not caps:
+                out.append(
+                    f"budget {plan.budget!r}: no ResourceQuota in {plan.namespace} caps {key} "
+                    f"yet; apply ResourceQuota {plan.quota} (`gpu-admission export`) so the "
+                    "apiserver keeps it across replicas"
+                )
+                continue
+            for name, hard in caps:
+                if hard == limit:
+                    continue
+                smaller = "the ResourceQuota's" if hard < limit else "the budget's"
+                out.append(
+                    f"budget {plan.budget!r} allows {key}={limit} in {plan.namespace}, "
+                    f"ResourceQuota {name} allows {show(hard)}: {smaller} "
+                    f"{show(min(hard, limit))} is what holds and what the webhook explains; "
+                    "make them agree (change the budget, or re-export and apply the quota)"
+                )
+    return out

@@ -115,6 +115,13 @@ def _product_fix(
     return f"{why}, so that product's cap applies. {rest[0].upper()}{rest[1:]}"
 
 
+def _kept_natively(name: str, cap: Amount, facts: Facts) -> bool:
+    """Whether a ResourceQuota of the namespace caps `name` at `cap` or tighter: then the
+    apiserver keeps this limit exactly, and this replica's holds need not count for it."""
+    key = name if claims.class_of_key(name) else f"requests.{name}"
+    return any(key in q.hard and q.hard[key] <= cap for q in facts.quotas)
+
+
 def _over_budget(
     pod: PodView,
     ctx: Context,
@@ -122,7 +129,7 @@ def _over_budget(
     usage: Usage,
     budget: QuotaBudget,
     reach: frozenset[str],
-    nodes: NodeIndex,
+    facts: Facts,
     devices: list[claims.NewDevices],
 ) -> Iterator[Finding]:
     """Usage + ask against one budget; for a controller, all its pods at once, as advice.
@@ -135,11 +142,14 @@ def _over_budget(
     totals = ctx.totals
     pods = pod.replicas if ctx.kind != "Pod" else 1
     what = "this pod asks {n}" if pods == 1 else f"{pods} pods x {{per}} = {{n}}"
-    limits = []
+    limits: list[tuple[str, Amount, Amount, str]] = []
+    unheld = facts.unheld
     if totals is None or pod.pointer == totals.lead:
-        limits = [
-            (name, cap, usage.by_resource.get(name, 0), "") for name, cap in budget.limits.items()
-        ]
+        for name, limit in budget.limits.items():
+            in_use: Amount = usage.by_resource.get(name, 0)
+            if unheld is not None and not _kept_natively(name, limit, facts):
+                in_use += unheld.by_resource.get(name, 0)  # the quota is looser than the budget
+            limits.append((name, limit, in_use, ""))
     for product in sorted(reach.intersection(budget.products)):
         limits += [
             (name, cap, usage.by_product.get((name, product), 0), product)
@@ -160,7 +170,7 @@ def _over_budget(
         asked = whole.asked(name) if whole else what.format(n=show(total), per=show(per))
         left = cap - used if cap > used else 0
         if prod:
-            others = _alternatives(pod, name, per, total, usage, budget, nodes)
+            others = _alternatives(pod, name, per, total, usage, budget, facts.nodes)
             fix = _product_fix(pod, ctx, prod, name, left, budget, others)
         elif claims.class_of_key(name):
             fix = _devices_fix(devices, claims.class_of_key(name), left, ctx) + (
@@ -358,7 +368,7 @@ def gpu_quota(pod: PodView, ctx: Context) -> Iterator[Finding]:
     budgeted = {p for budget in budgets for p in budget.products}
     reach = pod_products(pod, facts, budgeted) if budgeted else frozenset()
     for budget in budgets:
-        yield from _over_budget(pod, ctx, every, usage, budget, reach, facts.nodes, devices)
+        yield from _over_budget(pod, ctx, every, usage, budget, reach, facts, devices)
     if cfg.native_quota:
         yield from _native(pod, ctx, ask, facts)
         yield from _native_devices(pod, ctx, devices, facts)
