@@ -15,7 +15,7 @@ from typing import Any
 
 from webhook.engine import claims
 from webhook.engine.accounting import hold_reach, pod_gpus
-from webhook.engine.checks import ISOLATION_RULES
+from webhook.engine.checks import ISOLATION_RULES, Mutation, Validation
 from webhook.engine.compiled import CompiledRules, CompiledRuleSet
 from webhook.engine.context import Context
 from webhook.engine.decision import Decision, Mode, combine, unreadable
@@ -67,7 +67,7 @@ def _evaluate(
     patch: list[dict[str, Any]] = []
     mutated_by: list[str] = []
     if stage is not Stage.VALIDATE:
-        _mutate(views, ctx, patch, mutated_by)
+        _mutate(views, ctx, compiled.mutations, patch, mutated_by)
         if stage is Stage.MUTATE:
             return combine((), patch=patch, mutated_by=mutated_by)
     obj = subject.obj
@@ -79,7 +79,8 @@ def _evaluate(
         subject = dataclasses.replace(subject, obj=obj)
         _, views = _scope(subject, rules, labels)  # the same namespace: the same rules
         views = claims.resolve(views, compiled, facts)
-    findings = _validate(views, ctx, facts is not None)
+    active = compiled.validations if facts is not None else compiled.offline_validations
+    findings = _validate(views, ctx, active)
     return combine(
         findings,
         patch=patch,
@@ -171,10 +172,13 @@ def _old_views(subject: Subject, compiled: CompiledRules, rules: CompiledRuleSet
 
 
 def _mutate(
-    views: list[PodView], ctx: Context, patch: list[dict[str, Any]], mutated_by: list[str]
+    views: list[PodView],
+    ctx: Context,
+    mutations: tuple[Mutation, ...],
+    patch: list[dict[str, Any]],
+    mutated_by: list[str],
 ) -> None:
     """Each GPU pod spec: copy, let every enabled mutation edit the copy, diff it into `patch`."""
-    mutations = ctx.rules.mutations
     if not mutations:
         return
     for view in views:
@@ -193,13 +197,14 @@ def _mutate(
         patch.extend(diff(view.spec, work, view.pointer))
 
 
-def _validate(views: list[PodView], ctx: Context, with_facts: bool) -> list[tuple[Finding, Mode]]:
-    """Every finding of every validation not switched off, with its rule's mode.
+def _validate(
+    views: list[PodView], ctx: Context, active: tuple[tuple[Validation, Mode], ...]
+) -> list[tuple[Finding, Mode]]:
+    """Every finding of every active validation, with its rule's mode.
 
-    Without facts the cluster-aware rules do not run at all (an audit lists them as not
+    Without facts the cluster-aware rules are not active at all (an audit lists them as not
     checked); with stale facts each rule's whenUnknown decides.
     """
-    active = ctx.rules.validations if with_facts else ctx.rules.offline_validations
     out: list[tuple[Finding, Mode]] = []
     for view in views:
         gpu = view.asks_gpu

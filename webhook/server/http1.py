@@ -19,18 +19,15 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 import httptools
 import orjson
 
 from webhook.server.body import Lease, Refused
-from webhook.server.limits import ServerState
+from webhook.server.limits import CUT, ServerState
 
-if TYPE_CHECKING:
-    from webhook.server.connections import Listener
-
-__all__ = ["Answer", "Connection", "Phase", "Request", "Routes", "error"]
+__all__ = ["Answer", "Connection", "Owner", "Phase", "Request", "Routes", "error"]
 
 log = logging.getLogger("gpu-admission")
 
@@ -135,6 +132,15 @@ def encode_answer(answer: Answer, close: bool, *, head_only: bool = False) -> by
     )
 
 
+class Owner(Protocol):
+    """What a connection needs of the listener that accepted it (connections.Listener): the
+    clock its sweep reads, and to be let go when it closes."""
+
+    def now(self) -> float: ...
+
+    def forget(self, conn: Connection) -> None: ...
+
+
 class _Stop(Exception):
     """Raised inside a parser callback: nothing more on this connection is parsed."""
 
@@ -143,7 +149,7 @@ class Connection(asyncio.Protocol):
     """One client connection: the request being parsed, and the phase it is in and since
     when, which the listener's sweep reads to cut clients that are too slow."""
 
-    def __init__(self, listener: Listener, routes: Routes) -> None:
+    def __init__(self, listener: Owner, routes: Routes) -> None:
         self.listener = listener
         self.routes = routes
         self.state = routes.state
@@ -403,8 +409,6 @@ class Connection(asyncio.Protocol):
     def _refuse(self, status: int, reason: str, metric: str, *, linger: bool = True) -> None:
         """Answer `status` and close. With `linger`, what the client still sends is read and
         dropped for a short while first, so it gets to read the answer instead of a reset."""
-        from webhook.server.connections import CUT
-
         CUT.labels(metric).inc()
         self.receiving = False
         self._first, self._buffer = b"", None
@@ -428,8 +432,6 @@ class Connection(asyncio.Protocol):
 
     def cut(self, reason: str) -> None:
         """Drop a client that broke a limit: no goodbye, its memory is freed at once."""
-        from webhook.server.connections import CUT
-
         CUT.labels(reason).inc()
         self._closing()
         self.abort()
@@ -442,8 +444,6 @@ class Connection(asyncio.Protocol):
     def evict(self) -> None:
         """Make room at the cap: an idle keep-alive connection is closed politely (its client
         sees a clean close), one in its handshake, head, body or unread answers is dropped."""
-        from webhook.server.connections import CUT
-
         CUT.labels(f"evicted_{self.phase.value}").inc()
         phase = self.phase
         self._closing()
