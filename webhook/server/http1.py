@@ -141,6 +141,11 @@ class Owner(Protocol):
     def forget(self, conn: Connection) -> None: ...
 
 
+def _codings(value: bytes) -> list[bytes]:
+    """The transfer codings of a Transfer-Encoding value, in order, lower-cased."""
+    return [c.strip().lower() for c in value.split(b",") if c.strip()]
+
+
 class _Stop(Exception):
     """Raised inside a parser callback: nothing more on this connection is parsed."""
 
@@ -174,6 +179,7 @@ class Connection(asyncio.Protocol):
         self._headers = 0
         self._continue = False
         self._body_coming = False
+        self._codings = b""  # the Transfer-Encoding field values, joined
         self._first = b""  # the body: its first piece, then one growing buffer
         self._buffer: bytearray | None = None
         self._total = 0
@@ -281,6 +287,7 @@ class Connection(asyncio.Protocol):
         self._headers = 0
         self._continue = False
         self._body_coming = False
+        self._codings = b""
         self._first, self._buffer = b"", None
         self._total = 0
 
@@ -300,6 +307,7 @@ class Connection(asyncio.Protocol):
             self._declared(value)
         elif lowered == b"transfer-encoding":
             self._body_coming = True
+            self._codings += b"," + value if self._codings else value
         elif lowered == b"expect" and value.lower() == b"100-continue":
             self._continue = True
 
@@ -338,6 +346,22 @@ class Connection(asyncio.Protocol):
         self.enter(Phase.REQUEST)
         self.requests += 1
         self.receiving = True
+        codings = _codings(self._codings) if self._codings else None
+        if codings is not None and codings != [b"chunked"]:
+            # Where chunked is not last the body's end cannot be known (400); where it is, the
+            # body is framed but holds gzip or the like, which is not decoded here (501).
+            # Either way the connection closes: what follows it cannot be told apart.
+            if codings[-1] == b"chunked":
+                self._refuse(
+                    501, "transfer codings other than chunked are not supported", "bad_request"
+                )
+            else:
+                self._refuse(
+                    400,
+                    "malformed request: chunked must be the last transfer coding",
+                    "bad_request",
+                )
+            raise _Stop
         route = self._lookup()
         if isinstance(route, Answer) and self._body_coming:
             # No route takes it: answered now, and its body is never read.
