@@ -24,6 +24,7 @@ COMPILED = [
     "webhook/podrequest.py",
     "webhook/quantity.py",
     "webhook/engine/pipeline.py",
+    "webhook/engine/admit.py",
     "webhook/engine/patch.py",
     "webhook/engine/accounting.py",
     "webhook/engine/totals.py",

@@ -1,7 +1,7 @@
 """Golden cases: each folder under tests/golden is one object, its request and the verdict.
 
 Every case runs in process through the engine, as the webhook feeds it: the subject built from
-the request, the same fast path, `evaluate` with `Stage.ADMIT` (mutate, apply the patch,
+the request, the same fast path and skips, `admit` with `Stage.ADMIT` (mutate, apply the patch,
 validate the patched object: what the apiserver does with /mutate and /validate). The few
 cases named in END_TO_END also go through the real server over HTTPS, as today.
 
@@ -35,12 +35,10 @@ import pytest
 import yaml
 from conftest import ROOT, Webhook, schema_problems, start_webhook, stop_webhook
 
+from webhook.engine.admit import Decided, Fast, Request, Skipped, admit
 from webhook.engine.compiled import CompiledRuleSet, compile_rules
 from webhook.engine.decision import Decision
-from webhook.engine.pipeline import Stage, evaluate
-from webhook.engine.reach import untainted_gpu_nodes
-from webhook.engine.subject import Subject, subject_for
-from webhook.facts.model import Facts
+from webhook.engine.pipeline import Stage
 from webhook.facts.snapshotfile import load_snapshot
 from webhook.ruleset.files import load_rules
 
@@ -108,16 +106,17 @@ class Case:
     def operation(self) -> str:
         return str(self.request.get("operation", "CREATE"))
 
-    def subject(self, obj: Any) -> Subject:
-        """What the webhook's `subject_of` builds from the review `review_for` sends."""
-        kind = self.request.get("kind")
-        return subject_for(
-            obj,
-            kind=kind,
-            namespace=self.namespace,
+    def engine_request(self, obj: Any, *, raw: bool) -> Request:
+        """The engine's request for the review `review_for` sends; with `raw`, the object's
+        bytes too, compact as the apiserver writes them (the fast path reads them)."""
+        return Request(
+            kind=self.request.get("kind"),
             operation=self.operation,
-            old_obj=self.request.get("old") if self.operation == "UPDATE" else None,
+            namespace=self.namespace,
             subresource=str(self.request.get("subresource", "")),
+            obj=obj,
+            old_obj=self.request.get("old"),
+            raw=json.dumps(obj, separators=(",", ":")).encode() if raw else None,
         )
 
 
@@ -152,31 +151,27 @@ def _snapshot(cluster: Path) -> Any:
     return load_snapshot(cluster)
 
 
-def _facts(case: Case) -> Facts | None:
-    return _snapshot(case.cluster).facts_for(case.namespace) if case.cluster else None
+def _source(case: Case) -> Any:
+    return _snapshot(case.cluster) if case.cluster else None
 
 
 def decide(case: Case, obj: Any, stage: Stage) -> Decision:
     """The engine's decision as the webhook reaches it: requests it skips and objects the fast
     path lets through get no decision (allowed, untouched)."""
-    rules = _compiled(case.rules)
-    subject = case.subject(obj)
-    decision = evaluate(subject, rules, _facts(case), stage=stage)
-    if case.operation not in ("CREATE", "UPDATE") or not rules.workloads.holds_pods(
-        subject.group, subject.kind
-    ):
-        return Decision()
-    # Compact, as the apiserver writes it: the fast path reads the bytes it is sent.
-    facts = _facts(case)
-    if not rules.might_apply(json.dumps(obj, separators=(",", ":")).encode()) and not (
-        facts is not None and untainted_gpu_nodes(facts.nodes, rules.taint_keys)  # as the server
-    ):
+    rules, source = _compiled(case.rules), _source(case)
+    outcome = admit(case.engine_request(obj, raw=True), rules, source, stage=stage)
+    if isinstance(outcome, Fast):
         # The fast path must never hide a finding or a patch the full path would make.
+        full = admit(case.engine_request(obj, raw=False), rules, source, stage=stage)
+        assert isinstance(full, Decided), full
+        decision = full.decision
         assert decision.unreadable is not None or not (decision.patch or decision.judged), (
             f"the fast path skips an object the engine judges: {decision}"
         )
         return Decision()
-    return decision
+    if isinstance(outcome, Skipped):
+        return Decision()
+    return outcome.decision
 
 
 def _rules_of(findings: Any) -> set[str]:

@@ -188,9 +188,9 @@ def _review(args: argparse.Namespace) -> int:
 
     from webhook.audit.admissionreview import admission_review
     from webhook.audit.manifests import Document, read_sources
+    from webhook.engine.admit import Decided, Request, admit
     from webhook.engine.compiled import compile_rules
-    from webhook.engine.pipeline import Stage, evaluate
-    from webhook.engine.subject import subject_for
+    from webhook.engine.pipeline import Stage
     from webhook.facts.snapshotfile import SnapshotError, load_snapshot
     from webhook.ruleset.files import RuleFileError, load_rules
 
@@ -233,13 +233,15 @@ def _review(args: argparse.Namespace) -> int:
     if args.mutated:
         # What the apiserver sends to /validate: the same request, the object after /mutate.
         request = review["request"]
-        subject = subject_for(
-            obj, namespace=request["namespace"], operation=args.operation, old_obj=old
+        outcome = admit(
+            Request(obj=obj, namespace=request["namespace"], operation=args.operation, old_obj=old),
+            rules,
+            cluster,
+            stage=Stage.MUTATE,
         )
-        facts = cluster.facts_for(subject.namespace) if cluster is not None else None
-        decision = evaluate(subject, rules, facts, stage=Stage.MUTATE)
-        if decision.patch:
-            request["object"] = jsonpatch.apply_patch(request["object"], list(decision.patch))
+        patch = outcome.decision.patch if isinstance(outcome, Decided) else ()
+        if patch:
+            request["object"] = jsonpatch.apply_patch(request["object"], list(patch))
     sys.stdout.write(orjson.dumps(review, option=orjson.OPT_INDENT_2).decode() + "\n")
     return 0
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from webhook.engine.admit import cluster_scoped
 from webhook.engine.podviews import group_of
 from webhook.engine.workloads import WorkloadTable
 
@@ -36,7 +37,7 @@ def admission_review(
     resource = workload.declared.resource if workload is not None else kind.lower() + "s"
     found = obj.get("metadata")
     meta: dict[str, Any] = found if isinstance(found, dict) else {}
-    if workload is not None and workload.cluster_scoped:
+    if cluster_scoped(table, group, kind):
         ns = ""
     else:
         ns = namespace or str(meta.get("namespace") or "default")

@@ -23,6 +23,7 @@ from typing import Any, TextIO
 import orjson
 
 from webhook.audit.cluster import NamespaceSummary, summarize
+from webhook.audit.diff import patch_diff
 from webhook.audit.manifests import InputError
 from webhook.audit.run import AuditResult, Skipped, Summary
 from webhook.engine.accounting import pod_gpus
@@ -166,9 +167,6 @@ def _verdict(r: AuditResult) -> str:
 
 
 def _object(r: AuditResult, rules: CompiledRuleSet) -> dict[str, Any]:
-    # Imported here: reports imports this module to offer the format.
-    from webhook.audit.reports import patch_diff
-
     return {
         "source": r.source,
         "line": r.location.line if r.location is not None else None,

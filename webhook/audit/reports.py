@@ -9,7 +9,6 @@ exit code 1 under the same `--fail-on`.
 
 from __future__ import annotations
 
-import difflib
 import itertools
 import time
 import xml.etree.ElementTree as ET
@@ -18,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 import orjson
-import yaml
 
+from webhook.audit.diff import patch_diff
 from webhook.audit.html import write_html
 from webhook.audit.locations import Location
 from webhook.audit.manifests import InputError
@@ -77,16 +76,6 @@ class Page:
     rules: CompiledRuleSet
     facts: FactsSource | None = None
     live: bool = False  # the objects are the live cluster's: already counted as in use
-
-
-def patch_diff(r: AuditResult) -> list[str]:
-    """The change the webhook would make, as a YAML diff of the object (context 1 line)."""
-    if not r.patch:
-        return []
-    before = yaml.safe_dump(r.original, sort_keys=False).splitlines()
-    after = yaml.safe_dump(r.mutated, sort_keys=False).splitlines()
-    lines = difflib.unified_diff(before, after, n=1, lineterm="")
-    return [line for line in lines if not line.startswith(("---", "+++"))]
 
 
 def _single(items: Iterable[Item]) -> tuple[bool, Iterator[Item]]:

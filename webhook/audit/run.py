@@ -7,17 +7,15 @@ about what `kubectl apply` will do.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from webhook.audit.locations import Location
 from webhook.audit.manifests import Document, InputError
+from webhook.engine.admit import Decided, Request, admit
 from webhook.engine.compiled import CompiledRuleSet
 from webhook.engine.decision import Decision
-from webhook.engine.pipeline import evaluate
-from webhook.engine.subject import subject_for
 from webhook.facts.model import FactsSource
 
 __all__ = ["FAIL_ON", "AuditResult", "Skipped", "Summary", "audit"]
@@ -157,14 +155,11 @@ class Summary:
 def _audit_one(
     doc: Document, rules: CompiledRuleSet, namespace: str, source: FactsSource | None
 ) -> AuditResult | Skipped:
-    subject = subject_for(doc.obj, fallback_namespace=namespace)
-    workload = rules.workloads.get(subject.group, subject.kind)
-    if workload is not None and workload.cluster_scoped:
-        subject = dataclasses.replace(subject, namespace="")  # no namespace's rules or quota
-    if not rules.workloads.holds_pods(subject.group, subject.kind):
-        return Skipped(doc.source, subject.kind or "(no kind)", doc.locate(""))
-    facts = source.facts_for(subject.namespace) if source is not None else None
-    decision = evaluate(subject, rules, facts)
+    outcome = admit(Request(obj=doc.obj, fallback_namespace=namespace), rules, source)
+    if not isinstance(outcome, Decided) or outcome.subject is None:
+        kind = str(doc.obj.get("kind", "")) if isinstance(doc.obj, dict) else ""
+        return Skipped(doc.source, kind or "(no kind)", doc.locate(""))
+    decision, subject = outcome.decision, outcome.subject
     return AuditResult(
         doc.source,
         subject.kind,

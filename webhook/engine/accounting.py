@@ -9,14 +9,23 @@ import functools
 from collections.abc import Iterable
 from typing import Any
 
+from webhook.engine import claims
 from webhook.engine.context import Context
 from webhook.engine.podviews import PodView
+from webhook.engine.totals import Part, Totals, template_name
 from webhook.facts.model import GPU_PRODUCT_LABEL, Facts
 from webhook.facts.nodematch import reachable_products
 from webhook.podrequest import effective_request
 from webhook.quantity import Amount, positive
 
-__all__ = ["hold_reach", "pod_gpus", "pod_product", "pod_products", "required_terms"]
+__all__ = [
+    "hold_reach",
+    "object_totals",
+    "pod_gpus",
+    "pod_product",
+    "pod_products",
+    "required_terms",
+]
 
 
 def pod_gpus(pod: PodView) -> dict[str, Amount]:
@@ -111,3 +120,24 @@ def required_terms(pod: PodView) -> list[list[dict[str, Any]]]:
         exprs = term.get("matchExpressions")
         terms.append([e for e in exprs if isinstance(e, dict)] if isinstance(exprs, list) else [])
     return terms
+
+
+def object_totals(views: Iterable[PodView], ctx: Context, gang: bool) -> Totals | None:
+    """The totals of a controller's GPU templates (DRA devices of claims made from templates
+    counted per device class, an `All` request as 1); None when none asks for a GPU."""
+    parts: list[Part] = []
+    lead = ""
+    gpus: dict[str, Amount] = {}
+    for view in views:
+        if view.isolation_only:
+            continue
+        per = {**pod_gpus(view), **claims.device_totals(claims.new_devices(view, ctx), 1)}
+        if not per:
+            continue
+        lead = lead or view.pointer
+        parts.append(Part(template_name(view.field_path), view.replicas, per))
+        for name, amount in per.items():
+            gpus[name] = gpus.get(name, 0) + amount * view.replicas
+    if not parts:
+        return None
+    return Totals(lead, gpus, tuple(parts), gang)

@@ -17,9 +17,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from webhook.engine.context import Context
+from webhook.engine.context import Context, RulesInForce
 from webhook.engine.podviews import ContainerView, PodView
 from webhook.facts.dra import (
     MAX_ALLOCATION,
@@ -32,9 +31,6 @@ from webhook.facts.dra import (
 )
 from webhook.facts.model import Facts
 from webhook.quantity import Amount
-
-if TYPE_CHECKING:
-    from webhook.engine.compiled import CompiledRules
 
 __all__ = [
     "MAX_ALLOCATION",
@@ -52,7 +48,7 @@ __all__ = [
 IMPLICIT_PREFIX = "deviceclass.resource.kubernetes.io/"  # a class's implicit resource name
 
 
-def gpu_class(name: str, rules: CompiledRules, dra: DraFacts | None) -> bool | None:
+def gpu_class(name: str, rules: RulesInForce, dra: DraFacts | None) -> bool | None:
     """Whether DeviceClass `name` hands out GPUs: True, False, or None (not known).
 
     With the cluster's DeviceClasses known, a class that is not there is unknown (not a GPU
@@ -89,7 +85,7 @@ def _requests(spec: ClaimSpec, request: str) -> Iterator[tuple[int, ClaimRequest
 
 
 def _container_classes(
-    c: ContainerView, claims: dict[str, tuple[str, str, str]], rules: CompiledRules, dra: DraFacts
+    c: ContainerView, claims: dict[str, tuple[str, str, str]], rules: RulesInForce, dra: DraFacts
 ) -> tuple[str, ...]:
     found: list[str] = []
     for name, request in c.claims:
@@ -102,7 +98,7 @@ def _container_classes(
     return tuple(found)
 
 
-def resolve(views: list[PodView], rules: CompiledRules, facts: Facts | None) -> list[PodView]:
+def resolve(views: list[PodView], rules: RulesInForce, facts: Facts | None) -> list[PodView]:
     """The views with every container whose claims reach a GPU class marked a GPU container.
 
     Pods without claims (nearly all) are returned as they are, at the cost of one test each.

@@ -10,18 +10,23 @@ from their bounded lookup tables.
 
 from __future__ import annotations
 
-import fnmatch
-import re
 from collections.abc import Mapping
 
-from webhook.engine.checks import MUTATIONS, VALIDATIONS, Mutation, Validation
+from webhook.engine.checks import (
+    MUTATIONS,
+    VALIDATIONS,
+    Mutation,
+    Validation,
+    placement,
+    quota,
+    schedulable,
+    shm,
+)
 from webhook.engine.decision import Mode
 from webhook.engine.prefilter import gated, markers, might_apply
 from webhook.engine.sharing import SharingSchedulers
 from webhook.engine.workloads import workload_table
-from webhook.facts.model import Node
-from webhook.quantity import Amount
-from webhook.ruleset.models import QuotaBudget, RuleSet, RuleSettings, TolerationSpec
+from webhook.ruleset.models import RuleSet, RuleSettings
 from webhook.ruleset.resolve import applicable, matchers, merge
 from webhook.selectors import NamePatterns
 
@@ -63,40 +68,20 @@ class CompiledRules:
         self.cluster_rules = tuple(v.rule for v, _ in active if v.needs_cluster)
         self._gpu = ruleset.gpu_names()
         self._gpu_seen: dict[str, bool] = {}
-        self.tolerations: tuple[tuple[TolerationSpec, re.Pattern[str]], ...] = tuple(
-            # "(?!)" matches nothing: a toleration asked for by DRA devices alone.
-            (spec, re.compile("|".join(fnmatch.translate(p) for p in spec.resources) or "(?!)"))
-            for spec in self.settings.gpu_tolerations.tolerations
-        )
-        # DRA: which DeviceClasses hand out GPUs, and the classes and drivers each toleration
-        # is for (in the order of `tolerations`); `engine.claims` reads them.
+        # Each check module makes its own settings ready (`prepare`); kept here per shape.
+        self.tolerations, self.class_tolerations, self.taint_keys = placement.prepare(self.settings)
+        self.shm_sizes = shm.prepare(self.settings)
+        self.budgets = quota.prepare(self.settings)
+        (
+            self.gpu_label_prefixes,
+            self.provisionable,
+            self.provisioning_known,
+            self.cluster_autoscalers,
+        ) = schedulable.prepare(self.settings)
+        # DRA: which DeviceClasses hand out GPUs; `engine.claims` reads them.
         classes = ruleset.gpu_device_classes
         self.gpu_class_names = NamePatterns(classes.names)
         self.gpu_drivers = NamePatterns(classes.drivers)
-        self.class_tolerations: tuple[tuple[NamePatterns, NamePatterns], ...] = tuple(
-            (NamePatterns(spec.device_classes), NamePatterns(spec.drivers))
-            for spec in self.settings.gpu_tolerations.tolerations
-        )
-        self.taint_keys = frozenset(spec.key for spec in self.settings.gpu_tolerations.tolerations)
-        self.shm_sizes: tuple[Amount, int, int, int] = self.settings.gpu_shm.sizes()
-        self.budgets: tuple[tuple[QuotaBudget, NamePatterns | None], ...] = tuple(
-            (b, NamePatterns(b.namespaces) if b.namespaces else None)
-            for b in self.settings.gpu_quota.budgets
-        )
-        sched = self.settings.gpu_schedulable
-        self.gpu_label_prefixes = tuple(sched.gpu_label_prefixes)
-        # Nodes the cluster can create on demand, as node values the schedulability rule reads.
-        self.provisionable: tuple[Node, ...] = tuple(
-            Node(
-                f"provisionable {shape.name}",
-                dict(shape.labels),
-                dict(shape.gpus),
-            )
-            for shape in sched.provisionable
-        )
-        # Whether "no node fits" is a fact: the cluster's provisioning is declared.
-        self.provisioning_known = sched.autoscaling == "none" or bool(sched.provisionable)
-        self.cluster_autoscalers = sched.cluster_autoscalers
         self.max_staleness_seconds = ruleset.cluster.max_staleness_seconds
 
     def is_gpu(self, name: str) -> bool:

@@ -2,30 +2,75 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import re
+from typing import Protocol
 
-from webhook.facts.model import Facts
-from webhook.ruleset.models import RuleSettings
+from webhook.engine.totals import Totals
+from webhook.facts.model import Facts, Node
+from webhook.quantity import Amount
+from webhook.ruleset.models import QuotaBudget, RuleSettings, TolerationSpec
+from webhook.selectors import NamePatterns
 
-if TYPE_CHECKING:
-    from webhook.engine.compiled import CompiledRules
-    from webhook.engine.totals import Totals
+__all__ = ["Context", "RulesInForce"]
 
-__all__ = ["Context"]
+
+class RulesInForce(Protocol):
+    """What checks read of the rules in force for a namespace (`compiled.CompiledRules`).
+
+    A protocol, so the checks depend on what they read and the compiled rules, which list and
+    prepare the checks, can import them without the checks importing them back.
+    """
+
+    @property
+    def settings(self) -> RuleSettings: ...
+
+    def is_gpu(self, name: str) -> bool: ...
+
+    # gpu-tolerations (placement.prepare): each toleration with its resource-name pattern, the
+    # DeviceClass names and drivers it is for, and the GPU taint keys.
+    @property
+    def tolerations(self) -> tuple[tuple[TolerationSpec, re.Pattern[str]], ...]: ...
+    @property
+    def class_tolerations(self) -> tuple[tuple[NamePatterns, NamePatterns], ...]: ...
+    @property
+    def taint_keys(self) -> frozenset[str]: ...
+
+    # DRA: the DeviceClasses that hand out GPUs.
+    @property
+    def gpu_class_names(self) -> NamePatterns: ...
+    @property
+    def gpu_drivers(self) -> NamePatterns: ...
+
+    # gpu-shm (shm.prepare), gpu-quota (quota.prepare), gpu-schedulable (schedulable.prepare).
+    @property
+    def shm_sizes(self) -> tuple[Amount, int, int, int]: ...
+    @property
+    def budgets(self) -> tuple[tuple[QuotaBudget, NamePatterns | None], ...]: ...
+    @property
+    def gpu_label_prefixes(self) -> tuple[str, ...]: ...
+    @property
+    def provisionable(self) -> tuple[Node, ...]: ...
+    @property
+    def provisioning_known(self) -> bool: ...
+    @property
+    def cluster_autoscalers(self) -> bool: ...
+
+    # How old cluster facts may be before the cluster-aware rules stop trusting them.
+    @property
+    def max_staleness_seconds(self) -> int: ...
 
 
 class Context:
     """Everything a check reads apart from the pod view. Immutable: checks do no I/O.
 
-    A plain class, not a dataclass: compiled by mypyc, a dataclass would resolve its
-    annotations at import, and `CompiledRules` imports the checks that import this.
+    A plain class, not a dataclass: the slots keep it small and quick to build per review.
     """
 
     __slots__ = ("facts", "kind", "namespace", "operation", "rules", "totals")
 
     def __init__(
         self,
-        rules: CompiledRules,
+        rules: RulesInForce,
         namespace: str,
         kind: str,
         operation: str = "CREATE",

@@ -14,8 +14,8 @@ from enum import Enum
 from typing import Any
 
 from webhook.engine import claims
-from webhook.engine.accounting import hold_reach, pod_gpus
-from webhook.engine.checks import ISOLATION_RULES
+from webhook.engine.accounting import hold_reach, object_totals, pod_gpus
+from webhook.engine.checks import ISOLATION_RULES, Mutation, Validation
 from webhook.engine.compiled import CompiledRules, CompiledRuleSet
 from webhook.engine.context import Context
 from webhook.engine.decision import Decision, Mode, combine, unreadable
@@ -24,7 +24,6 @@ from webhook.engine.patch import clone, diff, working_copy
 from webhook.engine.podviews import PodView, UnreadableObject, pod_views
 from webhook.engine.sharing import mark_shared
 from webhook.engine.subject import Subject
-from webhook.engine.totals import object_totals
 from webhook.facts.model import Facts, PodGpus
 
 __all__ = ["Stage", "evaluate"]
@@ -68,7 +67,7 @@ def _evaluate(
     patch: list[dict[str, Any]] = []
     mutated_by: list[str] = []
     if stage is not Stage.VALIDATE:
-        _mutate(views, ctx, patch, mutated_by)
+        _mutate(views, ctx, compiled.mutations, patch, mutated_by)
         if stage is Stage.MUTATE:
             return combine((), patch=patch, mutated_by=mutated_by)
     obj = subject.obj
@@ -83,7 +82,8 @@ def _evaluate(
     if subject.kind != "Pod" and views:
         workload = rules.workloads.get(subject.group, subject.kind)
         ctx.totals = object_totals(views, ctx, workload is not None and workload.gang)
-    findings = _validate(views, ctx, facts is not None)
+    active = compiled.validations if facts is not None else compiled.offline_validations
+    findings = _validate(views, ctx, active)
     return combine(
         findings,
         patch=patch,
@@ -175,10 +175,13 @@ def _old_views(subject: Subject, compiled: CompiledRules, rules: CompiledRuleSet
 
 
 def _mutate(
-    views: list[PodView], ctx: Context, patch: list[dict[str, Any]], mutated_by: list[str]
+    views: list[PodView],
+    ctx: Context,
+    mutations: tuple[Mutation, ...],
+    patch: list[dict[str, Any]],
+    mutated_by: list[str],
 ) -> None:
     """Each GPU pod spec: copy, let every enabled mutation edit the copy, diff it into `patch`."""
-    mutations = ctx.rules.mutations
     if not mutations:
         return
     for view in views:
@@ -197,13 +200,14 @@ def _mutate(
         patch.extend(diff(view.spec, work, view.pointer))
 
 
-def _validate(views: list[PodView], ctx: Context, with_facts: bool) -> list[tuple[Finding, Mode]]:
-    """Every finding of every validation not switched off, with its rule's mode.
+def _validate(
+    views: list[PodView], ctx: Context, active: tuple[tuple[Validation, Mode], ...]
+) -> list[tuple[Finding, Mode]]:
+    """Every finding of every active validation, with its rule's mode.
 
-    Without facts the cluster-aware rules do not run at all (an audit lists them as not
+    Without facts the cluster-aware rules are not active at all (an audit lists them as not
     checked); with stale facts each rule's whenUnknown decides.
     """
-    active = ctx.rules.validations if with_facts else ctx.rules.offline_validations
     out: list[tuple[Finding, Mode]] = []
     for view in views:
         gpu = view.asks_gpu

@@ -2,21 +2,17 @@
 
 Quota advice for a Deployment, a PyTorchJob or a JobSet reads these totals, never one template
 at a time: a 4-GPU master and three 8-GPU workers ask 28 GPUs together, and a budget of 8
-holds none of the workers. The audit's "asked" bars sum the same way.
+holds none of the workers. The audit's "asked" bars sum the same way. Data only (the sums
+are `accounting.object_totals`), so the context that carries them imports nothing back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
-from webhook.engine import claims
-from webhook.engine.accounting import pod_gpus
-from webhook.engine.context import Context
-from webhook.engine.podviews import PodView
 from webhook.quantity import Amount, show
 
-__all__ = ["Part", "Totals", "object_totals", "template_name"]
+__all__ = ["Part", "Totals", "template_name"]
 
 
 def template_name(field_path: str) -> str:
@@ -63,24 +59,3 @@ class Totals:
             for p in parts
         )
         return f"{terms} = {total}"
-
-
-def object_totals(views: Iterable[PodView], ctx: Context, gang: bool) -> Totals | None:
-    """The totals of a controller's GPU templates (DRA devices of claims made from templates
-    counted per device class, an `All` request as 1); None when none asks for a GPU."""
-    parts: list[Part] = []
-    lead = ""
-    gpus: dict[str, Amount] = {}
-    for view in views:
-        if view.isolation_only:
-            continue
-        per = {**pod_gpus(view), **claims.device_totals(claims.new_devices(view, ctx), 1)}
-        if not per:
-            continue
-        lead = lead or view.pointer
-        parts.append(Part(template_name(view.field_path), view.replicas, per))
-        for name, amount in per.items():
-            gpus[name] = gpus.get(name, 0) + amount * view.replicas
-    if not parts:
-        return None
-    return Totals(lead, gpus, tuple(parts), gang)

@@ -16,9 +16,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
+from webhook.engine.admit import Decided, Request, admit
 from webhook.engine.compiled import CompiledRuleSet
-from webhook.engine.pipeline import evaluate
-from webhook.engine.subject import Subject, subject_for
+from webhook.engine.decision import Decision
 from webhook.modelerrors import describe
 from webhook.yamlinput import YamlFileError, read_document
 
@@ -54,23 +54,26 @@ class Case(_Model):
             raise ValueError("give exactly one of object or review")
         return self
 
-    def subject(self) -> Subject:
+    def request(self) -> Request:
+        """The request the webhook would see: the review's, or a CREATE (or UPDATE) of the
+        object in the case's namespace."""
         if self.review is not None:
             request = self.review.get("request") or {}
             gvk = request.get("kind") or {}
-            return subject_for(
-                request.get("object"),
+            return Request(
                 group=gvk.get("group", ""),
                 kind=gvk.get("kind", ""),
-                namespace=request.get("namespace") or self.namespace,
                 operation=request.get("operation", "CREATE"),
+                namespace=request.get("namespace") or self.namespace,
+                subresource=request.get("subResource") or "",
+                obj=request.get("object"),
                 old_obj=request.get("oldObject"),
                 namespace_labels=self.namespace_labels,
             )
-        return subject_for(
-            self.object or {},
-            namespace=self.namespace,
+        return Request(
             operation=self.operation,
+            namespace=self.namespace,
+            obj=self.object or {},
             old_obj=self.old_object,
             namespace_labels=self.namespace_labels,
         )
@@ -128,7 +131,10 @@ def _diff(expected: Any, actual: Any) -> str:
 
 def run_case(source: str, case: Case, rules: CompiledRuleSet) -> CaseResult:
     result = CaseResult(source, case.name)
-    outcome = evaluate(case.subject(), rules)
+    request = case.request()
+    admitted = admit(request, rules)
+    # A request the webhook skips is allowed untouched.
+    outcome = admitted.decision if isinstance(admitted, Decided) else Decision(mutated=request.obj)
     if outcome.unreadable is not None:
         result.failures.append(
             f"the object cannot be read: {outcome.unreadable.path}: {outcome.unreadable.problem}"

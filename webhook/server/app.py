@@ -25,13 +25,14 @@ from prometheus_client import REGISTRY
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from webhook.engine.admit import Decided, admit
 from webhook.engine.build import engine_build
 from webhook.engine.pipeline import Stage
 from webhook.facts.live import LiveCache
 from webhook.facts.model import FactsSource
 from webhook.facts.reservations import Reservations, ReservingFacts
 from webhook.facts.snapshotfile import load_snapshot
-from webhook.server.admission import decide, skipped
+from webhook.server.admission import engine_request
 from webhook.server.http1 import Answer, Handler, Request, Routes, error
 from webhook.server.limits import Limits, ServerState, map_large_buffers
 from webhook.server.metrics import (
@@ -107,11 +108,11 @@ class Admission:
                 return error(400, str(exc))
             watch.lap("decode")
             source = self.cluster
-            subject, decision = decide(stage, review, rules, source.facts, watch)
+            outcome = admit(engine_request(review), rules, source.facts, stage=stage, lap=watch.lap)
+            decision = outcome.decision if isinstance(outcome, Decided) else None
             answer = respond(review.uid, decision)
             watch.lap("encode")
-            fast = decision is None and not skipped(review, rules)
-            record(endpoint, review, subject, decision, fast=fast)
+            record(endpoint, review, outcome)
             watch.lap("metrics")
             # What an admitted pod holds until the watch shows it; never for a dry run.
             hold = decision.hold if decision is not None else None

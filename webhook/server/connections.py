@@ -20,10 +20,8 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from prometheus_client import Counter
-
 from webhook.server.http1 import Connection, Phase, Routes
-from webhook.server.limits import RESPONSE_GRACE, Limits
+from webhook.server.limits import CUT, RESPONSE_GRACE, Limits
 
 log = logging.getLogger("gpu-admission")
 
@@ -31,15 +29,6 @@ log = logging.getLogger("gpu-admission")
 TLS_SHUTDOWN_SECONDS = 5.0
 # How long a connection opened just before shutdown gets to send its first request.
 FRESH_GRACE_SECONDS = 0.5
-
-CUT = Counter(
-    "gpu_admission_clients_cut_total",
-    "Connections or requests cut to keep each client's work bounded, by reason "
-    "(connection_cap, evicted_<phase>, header_timeout, request_timeout, body_timeout, "
-    "body_too_large, body_budget, head_too_large, bad_request, no_route, unread_answers, "
-    "internal_error, shutdown).",
-    ["reason"],
-)
 
 
 _LISTEN_PROBLEMS = {

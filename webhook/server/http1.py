@@ -19,18 +19,15 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 import httptools
 import orjson
 
 from webhook.server.body import Lease, Refused
-from webhook.server.limits import ServerState
+from webhook.server.limits import CUT, ServerState
 
-if TYPE_CHECKING:
-    from webhook.server.connections import Listener
-
-__all__ = ["Answer", "Connection", "Phase", "Request", "Routes", "error"]
+__all__ = ["Answer", "Connection", "Owner", "Phase", "Request", "Routes", "error"]
 
 log = logging.getLogger("gpu-admission")
 
@@ -135,6 +132,20 @@ def encode_answer(answer: Answer, close: bool, *, head_only: bool = False) -> by
     )
 
 
+class Owner(Protocol):
+    """What a connection needs of the listener that accepted it (connections.Listener): the
+    clock its sweep reads, and to be let go when it closes."""
+
+    def now(self) -> float: ...
+
+    def forget(self, conn: Connection) -> None: ...
+
+
+def _codings(value: bytes) -> list[bytes]:
+    """The transfer codings of a Transfer-Encoding value, in order, lower-cased."""
+    return [c.strip().lower() for c in value.split(b",") if c.strip()]
+
+
 class _Stop(Exception):
     """Raised inside a parser callback: nothing more on this connection is parsed."""
 
@@ -143,7 +154,7 @@ class Connection(asyncio.Protocol):
     """One client connection: the request being parsed, and the phase it is in and since
     when, which the listener's sweep reads to cut clients that are too slow."""
 
-    def __init__(self, listener: Listener, routes: Routes) -> None:
+    def __init__(self, listener: Owner, routes: Routes) -> None:
         self.listener = listener
         self.routes = routes
         self.state = routes.state
@@ -168,6 +179,7 @@ class Connection(asyncio.Protocol):
         self._headers = 0
         self._continue = False
         self._body_coming = False
+        self._codings = b""  # the Transfer-Encoding field values, joined
         self._first = b""  # the body: its first piece, then one growing buffer
         self._buffer: bytearray | None = None
         self._total = 0
@@ -275,6 +287,7 @@ class Connection(asyncio.Protocol):
         self._headers = 0
         self._continue = False
         self._body_coming = False
+        self._codings = b""
         self._first, self._buffer = b"", None
         self._total = 0
 
@@ -294,6 +307,7 @@ class Connection(asyncio.Protocol):
             self._declared(value)
         elif lowered == b"transfer-encoding":
             self._body_coming = True
+            self._codings += b"," + value if self._codings else value
         elif lowered == b"expect" and value.lower() == b"100-continue":
             self._continue = True
 
@@ -332,6 +346,22 @@ class Connection(asyncio.Protocol):
         self.enter(Phase.REQUEST)
         self.requests += 1
         self.receiving = True
+        codings = _codings(self._codings) if self._codings else None
+        if codings is not None and codings != [b"chunked"]:
+            # Where chunked is not last the body's end cannot be known (400); where it is, the
+            # body is framed but holds gzip or the like, which is not decoded here (501).
+            # Either way the connection closes: what follows it cannot be told apart.
+            if codings[-1] == b"chunked":
+                self._refuse(
+                    501, "transfer codings other than chunked are not supported", "bad_request"
+                )
+            else:
+                self._refuse(
+                    400,
+                    "malformed request: chunked must be the last transfer coding",
+                    "bad_request",
+                )
+            raise _Stop
         route = self._lookup()
         if isinstance(route, Answer) and self._body_coming:
             # No route takes it: answered now, and its body is never read.
@@ -403,8 +433,6 @@ class Connection(asyncio.Protocol):
     def _refuse(self, status: int, reason: str, metric: str, *, linger: bool = True) -> None:
         """Answer `status` and close. With `linger`, what the client still sends is read and
         dropped for a short while first, so it gets to read the answer instead of a reset."""
-        from webhook.server.connections import CUT
-
         CUT.labels(metric).inc()
         self.receiving = False
         self._first, self._buffer = b"", None
@@ -428,8 +456,6 @@ class Connection(asyncio.Protocol):
 
     def cut(self, reason: str) -> None:
         """Drop a client that broke a limit: no goodbye, its memory is freed at once."""
-        from webhook.server.connections import CUT
-
         CUT.labels(reason).inc()
         self._closing()
         self.abort()
@@ -442,8 +468,6 @@ class Connection(asyncio.Protocol):
     def evict(self) -> None:
         """Make room at the cap: an idle keep-alive connection is closed politely (its client
         sees a clean close), one in its handshake, head, body or unread answers is dropped."""
-        from webhook.server.connections import CUT
-
         CUT.labels(f"evicted_{self.phase.value}").inc()
         phase = self.phase
         self._closing()

@@ -12,6 +12,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
+from prometheus_client import Counter
+
+# Every cut, wherever a limit is enforced: the listener's cap and sweep, a connection's parser.
+CUT = Counter(
+    "gpu_admission_clients_cut_total",
+    "Connections or requests cut to keep each client's work bounded, by reason "
+    "(connection_cap, evicted_<phase>, header_timeout, request_timeout, body_timeout, "
+    "body_too_large, body_budget, head_too_large, bad_request, no_route, unread_answers, "
+    "internal_error, shutdown).",
+    ["reason"],
+)
+
 MiB = 1024 * 1024
 # The apiserver caps objects at ~1.5 MiB in etcd; 8 MiB leaves room for oldObject and options.
 MAX_BODY = 8 * MiB

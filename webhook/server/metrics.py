@@ -19,6 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Gauge, gen
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from webhook.engine.admit import Decided, Fast, Outcome
 from webhook.engine.decision import Decision
 from webhook.engine.subject import Subject
 from webhook.server.review import AdmissionRequest
@@ -121,27 +122,21 @@ CLUSTER_PODS = Gauge(
 )
 
 
-def record(
-    endpoint: str,
-    review: AdmissionRequest,
-    subject: Subject | None,
-    decision: Decision | None,
-    *,
-    fast: bool,
-) -> None:
+def record(endpoint: str, review: AdmissionRequest, outcome: Outcome) -> None:
     """Count one answered review (its result, and on `/validate` every finding's verdict) and
     log the judged ones.
 
-    `fast` is a review the prefilter answered; a skipped one (subresource, other kinds) is
-    not counted at all.
+    A review the fast path answered counts as `fast`; a skipped one (subresource, other
+    kinds) is not counted at all.
     """
     kind = review.kind.kind
-    if decision is not None and subject is not None:
-        _log_decision(review, subject, decision)
-    if decision is None:
-        if fast:
+    if not isinstance(outcome, Decided):
+        if isinstance(outcome, Fast):
             TALLY.request(endpoint, kind, "fast")
         return
+    decision, subject = outcome.decision, outcome.subject
+    if subject is not None:
+        _log_decision(review, subject, decision)
     if not decision.allowed:
         result = "denied"
     elif decision.patch:

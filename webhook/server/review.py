@@ -47,11 +47,9 @@ class AdmissionRequest(msgspec.Struct, frozen=True, rename="camel"):
     def raw_object(self) -> bytes:
         return bytes(self.object)
 
-    def parsed_object(self) -> Any:
-        return orjson.loads(memoryview(self.object))
-
-    def parsed_old_object(self) -> Any:
-        return orjson.loads(memoryview(self.old_object))
+    @property
+    def raw_old_object(self) -> bytes:
+        return bytes(self.old_object)
 
 
 class AdmissionReview(msgspec.Struct, frozen=True, rename="camel"):

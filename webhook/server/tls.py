@@ -27,6 +27,9 @@ def make_ssl_context(cert: Path, key: Path, client_ca: Path | None = None) -> ss
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.set_ciphers(TLS12_CIPHERS)
     ctx.options |= ssl.OP_CIPHER_SERVER_PREFERENCE | ssl.OP_NO_COMPRESSION
+    # HTTP/1.1 is all the server speaks: a client that offers h2 too settles on it, one that
+    # offers h2 alone gets no protocol agreed rather than a promise the server cannot keep.
+    ctx.set_alpn_protocols(["http/1.1"])
     try:
         ctx.load_cert_chain(cert, key)
     except ssl.SSLError as exc:  # not PEM, or a key that is not the certificate's

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fnmatch
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -9,9 +11,39 @@ from webhook.engine import claims
 from webhook.engine.context import Context
 from webhook.engine.findings import Finding
 from webhook.engine.podviews import PodView
-from webhook.ruleset.models import TolerationSpec
+from webhook.ruleset.models import RuleSettings, TolerationSpec
+from webhook.selectors import NamePatterns
 
-__all__ = ["add_gpu_tolerations", "needed_tolerations", "tolerates", "toleration_without_gpu"]
+__all__ = [
+    "Prepared",
+    "add_gpu_tolerations",
+    "needed_tolerations",
+    "prepare",
+    "tolerates",
+    "toleration_without_gpu",
+]
+
+# Each toleration with its resource-name pattern; the DeviceClass names and drivers each is
+# for (same order); every GPU taint key.
+Prepared = tuple[
+    tuple[tuple[TolerationSpec, re.Pattern[str]], ...],
+    tuple[tuple[NamePatterns, NamePatterns], ...],
+    frozenset[str],
+]
+
+
+def prepare(settings: RuleSettings) -> Prepared:
+    """gpu-tolerations made ready once per rule set: patterns compiled, keys gathered."""
+    specs = settings.gpu_tolerations.tolerations
+    return (
+        tuple(
+            # "(?!)" matches nothing: a toleration asked for by DRA devices alone.
+            (spec, re.compile("|".join(fnmatch.translate(p) for p in spec.resources) or "(?!)"))
+            for spec in specs
+        ),
+        tuple((NamePatterns(spec.device_classes), NamePatterns(spec.drivers)) for spec in specs),
+        frozenset(spec.key for spec in specs),
+    )
 
 
 def tolerates(toleration: dict[str, Any], *, key: str, effect: str) -> bool:

@@ -25,11 +25,20 @@ from webhook.facts.dra import DraFacts
 from webhook.facts.model import GPU_PRODUCT_LABEL, Facts, NodeIndex, Usage
 from webhook.facts.nodematch import Placement
 from webhook.quantity import Amount, show
-from webhook.ruleset.models import QuotaBudget
+from webhook.ruleset.models import QuotaBudget, RuleSettings
+from webhook.selectors import NamePatterns
 
-__all__ = ["gpu_quota", "matching_budgets"]
+__all__ = ["gpu_quota", "matching_budgets", "prepare"]
 
 RULE = "gpu-quota"
+
+
+def prepare(settings: RuleSettings) -> tuple[tuple[QuotaBudget, NamePatterns | None], ...]:
+    """gpu-quota's budgets, each with its namespace patterns compiled (None: every namespace)."""
+    return tuple(
+        (b, NamePatterns(b.namespaces) if b.namespaces else None)
+        for b in settings.gpu_quota.budgets
+    )
 
 
 def matching_budgets(ctx: Context, facts: Facts) -> list[QuotaBudget]:

@@ -21,10 +21,26 @@ from webhook.engine.podviews import PodView
 from webhook.facts.model import Node
 from webhook.facts.nodematch import expr_matches
 from webhook.quantity import positive, show
+from webhook.ruleset.models import RuleSettings
 
-__all__ = ["gpu_schedulable", "why_not_whole_node"]
+__all__ = ["Prepared", "gpu_schedulable", "prepare", "why_not_whole_node"]
 
 RULE = "gpu-schedulable"
+
+# The GPU node label prefixes; the node shapes the cluster can create on demand; whether "no
+# node fits" is a fact (provisioning declared); whether the cluster's autoscalers count.
+Prepared = tuple[tuple[str, ...], tuple[Node, ...], bool, bool]
+
+
+def prepare(settings: RuleSettings) -> Prepared:
+    """gpu-schedulable made ready once per rule set: declared node shapes as node values."""
+    sched = settings.gpu_schedulable
+    provisionable = tuple(
+        Node(f"provisionable {shape.name}", dict(shape.labels), dict(shape.gpus))
+        for shape in sched.provisionable
+    )
+    known = sched.autoscaling == "none" or bool(sched.provisionable)
+    return tuple(sched.gpu_label_prefixes), provisionable, known, sched.cluster_autoscalers
 
 
 def _is_gpu_label(key: Any, prefixes: list[str]) -> bool:

@@ -19,10 +19,17 @@ from webhook.engine.context import Context
 from webhook.engine.findings import Finding
 from webhook.engine.podviews import ContainerView, PodView, UnreadableObject
 from webhook.quantity import Amount, QuantityError, format_bytes, parse_quantity
+from webhook.ruleset.models import RuleSettings
 
-__all__ = ["SHM_PATH", "add_shm", "mounts_shm", "runtime_shm_unknown", "shm_size"]
+__all__ = ["SHM_PATH", "add_shm", "mounts_shm", "prepare", "runtime_shm_unknown", "shm_size"]
 
 SHM_PATH = "/dev/shm"
+
+
+def prepare(settings: RuleSettings) -> tuple[Amount, int, int, int]:
+    """gpu-shm's sizes read once per rule set: (share of the memory limit, min, max, default
+    bytes)."""
+    return settings.gpu_shm.sizes()
 
 
 def mounts_shm(container: dict[str, Any]) -> bool:
