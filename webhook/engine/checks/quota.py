@@ -249,7 +249,7 @@ def _native(pod: PodView, ctx: Context, ask: dict[str, Amount], facts: Facts) ->
                 total = totals.gpus.get(name, 0)
                 if total <= 0:
                     continue
-                if totals.gang and total > hard:
+                if totals.gang and total > hard and prefix == "requests":  # enforced
                     yield _never_fits(
                         pod, ctx, totals, name, hard, f"ResourceQuota {quota.name} ({key})"
                     )
