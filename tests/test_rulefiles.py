@@ -142,14 +142,14 @@ def test_overrides_and_workloads_are_replaced_by_name_and_added_otherwise(
     assert loaded.lines[("overrides", 1, "namespaces")].endswith("a.yaml:6")
 
 
-def test_the_readme_rule_change_saved_beside_the_shipped_file_layers_over_it(
+def test_the_documented_rule_change_saved_beside_the_shipped_file_layers_over_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from webhook.cli import main
 
-    readme = (ROOT / "README.md").read_text()
+    page = (ROOT / "docs" / "writing-rules.md").read_text()
     marker = "such as `rules/team.yaml`:\n\n```yaml\n"
-    example = readme.split(marker, 1)[1].split("```", 1)[0]
+    example = page.split(marker, 1)[1].split("```", 1)[0]
     folder = tmp_path / "rules"
     folder.mkdir()
     (folder / "gpu-admission.yaml").write_text((ROOT / "rules" / "gpu-admission.yaml").read_text())
