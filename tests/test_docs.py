@@ -222,3 +222,22 @@ def test_the_work_log_pattern_catches_what_it_is_for() -> None:
         assert WORK_LOG.search(sentence), sentence
     for sentence in ("cert-manager issues the certificate", "aiohttp.ClientSession", "passes"):
         assert not WORK_LOG.search(sentence), sentence
+
+
+def test_every_rule_file_example_in_the_docs_loads(tmp_path: Path) -> None:
+    """A YAML block whose top-level keys are all rule-file keys is a rule file: it must load."""
+    from webhook.ruleset.files import load_rules
+
+    keys = set(json.loads((ROOT / "schema" / "rules.schema.json").read_text())["properties"])
+    checked = 0
+    for page in sorted(DOCS.glob("*.md")):
+        for i, block in enumerate(re.findall(r"```yaml\n(.*?)```", page.read_text(), re.S)):
+            doc = yaml.safe_load(block)
+            if not isinstance(doc, dict) or not set(doc) <= keys:
+                continue
+            folder = tmp_path / f"{page.stem}-{i}"
+            folder.mkdir()
+            (folder / "example.yaml").write_text(block)
+            load_rules(folder)
+            checked += 1
+    assert checked >= 3  # writing rules, workloads, budgets
