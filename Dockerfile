@@ -1,6 +1,6 @@
 # Small, non-root image. Dependencies, and the setuptools and mypy that build the project:
-# exactly the versions and hashes of requirements.lock (generated from pyproject.toml, see the
-# README); then the project itself, built with those and nothing fetched.
+# exactly the versions and hashes of requirements.lock (generated from pyproject.toml, see
+# docs/development.md); then the project itself, built with those and nothing fetched.
 # The engine's hot path is compiled with mypyc (setup.py), so this stage has a C compiler; the
 # runtime stage has none.
 FROM python:3.11.11-slim-bookworm AS build

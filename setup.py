@@ -13,7 +13,7 @@ import sys
 from setuptools import setup
 
 # The modules a review runs through, in the order it meets them. Compiled, they answer a GPU
-# pod in about 40% of the interpreted time (README, "Benchmarks"); `make test` runs the suite
+# pod in about 40% of the interpreted time (docs/benchmarks.md); `make test` runs the suite
 # against this build too (tests/test_compiled_build.py).
 COMPILED = [
     "webhook/engine/prefilter.py",

@@ -2,7 +2,7 @@
 """Abuse benchmark: what hostile clients cost gpu-admission, and what a real review sees meanwhile.
 
 Starts a local webhook (the real `serve`, default limits, the offline cluster snapshot, a rules
-folder it watches) and runs the attacks of issue 10 one after the other:
+folder it watches) and runs the hostile-client attacks one after the other:
 
   slow-heads        clients sending a request head one byte a second (slowloris)
   stalled-uploads   clients announcing an 8 MiB body, sending half of it, then stalling

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Debian packages the tests use (`make test-packages`): headless Chromium and its
-# WebDriver for the HTML report's browser tests and the README screenshot, zsh for the
+# WebDriver for the HTML report's browser tests and the docs screenshot, zsh for the
 # completion test, gcc for the mypyc-compiled engine the suite also runs against.
 # Idempotent: a machine that has them all is left alone. Exit 0 when all are there
 # afterwards; otherwise 1, with the reason on stderr (those tests then skip on a developer's

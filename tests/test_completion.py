@@ -81,7 +81,7 @@ def test_zsh_completion_script_completes_paths_for_file_arguments(tmp_path: Path
 
 
 def test_zsh_completion_script_parses_and_registers(tmp_path: Path) -> None:
-    """Both ways the README gives: a file `_gpu-admission` on fpath, and eval after compinit."""
+    """Both ways docs/audits.md gives: a file `_gpu-admission` on fpath, and eval after compinit."""
     if shutil.which("zsh") is None:
         missing = "zsh is not installed: run `make test-packages`"
         if os.environ.get("CI"):

@@ -167,3 +167,19 @@ def test_reload_under_load_loses_no_request(hook: Webhook, rule_dir: Path) -> No
     assert len(seen) > 100
     assert set(seen) == {"A", "B"}
     assert signature(hook) == "B"
+
+
+def test_the_log_names_the_built_in_defaults_when_no_folder_is_given(
+    caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    import logging
+
+    from webhook.server.reload import RuleHolder
+
+    with caplog.at_level(logging.INFO, logger="gpu-admission"):
+        RuleHolder(source=None).refresh()
+        RuleHolder(source=tmp_path).refresh()
+    lines = [r.getMessage() for r in caplog.records if "rule set loaded" in r.getMessage()]
+    assert lines[0] == "rule set loaded: the built-in defaults (no rules folder given)"
+    assert lines[1].startswith(f"rule set loaded from {tmp_path} (")
+    assert not any("None" in line for line in lines)

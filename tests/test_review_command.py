@@ -1,5 +1,5 @@
 """`gpu-admission review FILE` prints the AdmissionReview the apiserver would send, so that
-posting it to a running webhook (the README's curl example) gets the real answer."""
+posting it to a running webhook (the curl example of docs/try-locally.md) gets the real answer."""
 
 from __future__ import annotations
 

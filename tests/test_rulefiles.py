@@ -73,7 +73,17 @@ BROKEN = {
         "  - {name: x, namespaces: [b], rules: {}}\n",
         "a.yaml:1: overrides: override names must be unique: x",
     ),
-    "not yaml": ("rules: [unclosed\n", "a.yaml:2: not valid YAML at line 2, column 1"),
+    "not yaml": ("rules: [unclosed\n", "a.yaml:2:1: not valid YAML ("),
+    "negative budget": (
+        "rules:\n  gpu-quota:\n    budgets:\n      - name: a\n        namespaces: [a]\n"
+        "        limits: {nvidia.com/gpu: -2}\n",
+        "a.yaml:6: rules.gpu-quota.budgets.0.limits.nvidia.com/gpu: must be more than 0, found -2",
+    ),
+    "zero product budget": (
+        "rules:\n  gpu-quota:\n    budgets:\n      - name: a\n        namespaces: [a]\n"
+        "        products: {H100: {nvidia.com/gpu: 0}}\n",
+        "rules.gpu-quota.budgets.0.products.H100.nvidia.com/gpu: must be more than 0, found 0",
+    ),
     "missing setting": (
         "overrides:\n  - {namespaces: [a], rules: {}}\n",
         "a.yaml:2: overrides.0.name: required",
@@ -91,6 +101,31 @@ def test_a_broken_rule_file_is_refused_naming_file_and_field(
         load_rules(folder)
     assert expected in str(err.value)
     assert "a.yaml" in str(err.value)
+
+
+def test_every_problem_is_listed_by_file_then_line(tmp_path: Path) -> None:
+    folder = _folder(
+        tmp_path,
+        **{
+            "a.yaml": "rules:\n  gpu-shm:\n    maxSise: 4Gi\n  privileged-gpu: {mode: deny}\n",
+            "b.yaml": "mode: nope\nrules:\n  gpu-shm: {minSise: 1Gi}\n",
+        },
+    )
+    with pytest.raises(RuleFileError) as err:
+        load_rules(folder)
+    where = [p.split(": ", 1)[0].rsplit("/", 1)[-1] for p in err.value.problems]
+    assert where == ["a.yaml:3", "a.yaml:4", "b.yaml:1", "b.yaml:3"]
+
+
+def test_syntax_errors_of_several_files_are_each_named_with_line_and_column(
+    tmp_path: Path,
+) -> None:
+    folder = _folder(tmp_path, **{"a.yaml": "rules: {\n", "b.yaml": "x: 'open\n"})
+    with pytest.raises(RuleFileError) as err:
+        load_rules(folder)
+    first, second = err.value.problems
+    assert first.startswith(f"{folder / 'a.yaml'}:2:1: not valid YAML (") and ". Fix: " in first
+    assert second.startswith(f"{folder / 'b.yaml'}:2:1: not valid YAML (") and ". Fix: " in second
 
 
 def test_a_file_that_is_not_text_is_refused_in_plain_words(tmp_path: Path) -> None:
@@ -142,14 +177,14 @@ def test_overrides_and_workloads_are_replaced_by_name_and_added_otherwise(
     assert loaded.lines[("overrides", 1, "namespaces")].endswith("a.yaml:6")
 
 
-def test_the_readme_rule_change_saved_beside_the_shipped_file_layers_over_it(
+def test_the_documented_rule_change_saved_beside_the_shipped_file_layers_over_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from webhook.cli import main
 
-    readme = (ROOT / "README.md").read_text()
+    page = (ROOT / "docs" / "writing-rules.md").read_text()
     marker = "such as `rules/team.yaml`:\n\n```yaml\n"
-    example = readme.split(marker, 1)[1].split("```", 1)[0]
+    example = page.split(marker, 1)[1].split("```", 1)[0]
     folder = tmp_path / "rules"
     folder.mkdir()
     (folder / "gpu-admission.yaml").write_text((ROOT / "rules" / "gpu-admission.yaml").read_text())

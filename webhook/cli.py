@@ -263,7 +263,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _completion(args: argparse.Namespace) -> int:
-    """Print the completion script: shells source it (README, "Shell completion")."""
+    """Print the completion script: shells source it (docs/audits.md, "Shell completion")."""
     from webhook.completion import script
 
     sys.stdout.write(script(build_parser(), args.shell))

@@ -14,7 +14,14 @@ from typing import Any
 
 import yaml
 
-__all__ = ["Location", "locate", "mark_location", "parse_path"]
+__all__ = [
+    "Location",
+    "locate",
+    "locate_segments",
+    "mark_location",
+    "parse_path",
+    "pointer_segments",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,10 +99,26 @@ def _child(node: yaml.Node, segment: str | int) -> tuple[yaml.Node, Any] | None:
 
 def locate(node: yaml.Node, path: str, file: str) -> Location:
     """The location of `path` in the document `node`, or of the deepest part of it there."""
+    return locate_segments(node, parse_path(path), file)
+
+
+def locate_segments(node: yaml.Node, segments: list[str | int], file: str) -> Location:
+    """The location of the field `segments` lead to, or of the deepest of them the document
+    holds (a field a patch adds is placed at the object that gets it)."""
     mark = node.start_mark
-    for segment in parse_path(path):
+    for segment in segments:
         step = _child(node, segment)
         if step is None:
             break
         node, mark = step
     return mark_location(mark, file)
+
+
+def pointer_segments(pointer: str) -> list[str | int]:
+    """The segments of a JSON patch path (RFC 6901): `/spec/containers/0/env` -> spec,
+    containers, 0, env; digits as list indexes (a mapping key of digits still matches)."""
+    segments: list[str | int] = []
+    for raw in pointer.split("/")[1:]:
+        token = raw.replace("~1", "/").replace("~0", "~")
+        segments.append(int(token) if token.isdigit() else token)
+    return segments

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.audit.locations import Location
+from webhook.audit.locations import Location, locate_segments, pointer_segments
 from webhook.audit.manifests import Document, InputError
 from webhook.engine.admit import Decided, Request, admit
 from webhook.engine.compiled import CompiledRuleSet
@@ -40,6 +40,9 @@ class AuditResult:
     # None for objects that come from no file (a live cluster).
     location: Location | None = None
     finding_locations: tuple[Location | None, ...] = ()
+    # Where each patch operation lands in the file (its field, or the object that gets it),
+    # in patch order; the shown diff's hunks are numbered by these.
+    patch_locations: tuple[Location | None, ...] = ()
 
     @property
     def allowed(self) -> bool:
@@ -170,7 +173,16 @@ def _audit_one(
         decision,
         doc.locate(""),
         _finding_locations(doc, decision),
+        _patch_locations(doc, decision),
     )
+
+
+def _patch_locations(doc: Document, decision: Decision) -> tuple[Location | None, ...]:
+    """Where each patch operation lands in the file; only patched objects pay for the walk."""
+    if doc.node is None or doc.file is None or not decision.patch:
+        return ()
+    node, file = doc.node, doc.file
+    return tuple(locate_segments(node, pointer_segments(op["path"]), file) for op in decision.patch)
 
 
 def _finding_locations(doc: Document, decision: Decision) -> tuple[Location | None, ...]:

@@ -8,8 +8,8 @@ and marks the containers whose claims reach a GPU class as GPU containers (`asks
 their `gpu_classes`), so every rule treats them as it treats `nvidia.com/gpu`.
 
 What is not known is not a GPU ask: no facts, a template or claim the facts lack, a class the
-cluster does not have (decided in issue 11: no finding). Such claims only keep the pod out of
-`gpu-toleration-without-gpu` (`may_ask_gpu`), since they may well be GPU claims.
+cluster does not have (no finding: a guess would deny real pods). Such claims only keep the
+pod out of `gpu-toleration-without-gpu` (`may_ask_gpu`), since they may well be GPU claims.
 """
 
 from __future__ import annotations

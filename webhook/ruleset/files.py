@@ -13,6 +13,7 @@ stops at `MAX_DEPTH`.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -274,6 +275,32 @@ def _layer(
     lay(merged, doc, ())
 
 
+_WHERE = re.compile(r"^(.*?):(\d+)(?::(\d+))?: ")
+
+
+def _by_file_and_line(problem: str) -> tuple[str, int, int]:
+    """Problems in file order, then line and column order, as an editor walks them."""
+    m = _WHERE.match(problem)
+    if m is None:
+        return (problem, 0, 0)
+    return (m[1], int(m[2]), int(m[3] or 0))
+
+
+def _syntax_problem(path: Path, exc: yaml.YAMLError) -> str:
+    """`file:line:col: what is wrong. Fix: ...` for YAML the parser could not read."""
+    line, _ = syntax_error(exc)
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    where = f"{path}:{line}:{mark.column + 1}" if line and mark is not None else str(path)
+    problem = getattr(exc, "problem", None)
+    what = (
+        f"not valid YAML ({problem})" if isinstance(problem, str) and problem else "not valid YAML"
+    )
+    return (
+        f"{where}: {what}. Fix: close every bracket and quote opened before this point, indent "
+        "with spaces only, and line up keys of one mapping at one indent"
+    )
+
+
 def _line_for(loc: Path_, lines: dict[Path_, str], fallback: str) -> str:
     for end in range(len(loc), 0, -1):
         if loc[:end] in lines:
@@ -333,8 +360,7 @@ def load_rules_with_sources(folder: Path | str | None) -> LoadedRules:
             problems.append(f"{path}:{exc.line}: {exc}")
             continue
         except yaml.YAMLError as exc:
-            line, text = syntax_error(exc)
-            problems.append(f"{path}:{line}: {text}" if line else f"{path}: {text}")
+            problems.append(_syntax_problem(path, exc))
             continue
         except (OSError, UnicodeDecodeError) as exc:
             problems.append(f"{path}: {unreadable(exc)}")
@@ -354,10 +380,13 @@ def load_rules_with_sources(folder: Path | str | None) -> LoadedRules:
         return LoadedRules(RuleSet.model_validate(merged), lines)
     except ValidationError as exc:
         raise RuleFileError(
-            [
-                f"{_line_for(tuple(e['loc']), lines, str(folder))}: {describe(e, RuleSet)}"
-                for e in exc.errors(include_url=False)
-            ]
+            sorted(
+                (
+                    f"{_line_for(tuple(e['loc']), lines, str(folder))}: {describe(e, RuleSet)}"
+                    for e in exc.errors(include_url=False)
+                ),
+                key=_by_file_and_line,
+            )
         ) from None
 
 

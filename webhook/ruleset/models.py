@@ -15,6 +15,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PositiveInt,
     ValidationError,
     field_validator,
     model_validator,
@@ -200,10 +201,13 @@ class QuotaBudget(_Model):
     name: str = Field(min_length=1)
     namespaces: list[str] = Field(default_factory=list)
     namespace_selector: LabelSelector | None = None
-    # resource name -> GPUs the namespace may hold in non-terminated pods
-    limits: dict[str, int] = Field(default_factory=dict)
+    # resource name -> GPUs the namespace may hold in non-terminated pods. At least 1: a
+    # budget of 0 or less would deny every GPU pod with a quota message (keep GPUs out of a
+    # namespace with a ResourceQuota of 0, or by leaving it without a budget and
+    # requireQuota: true).
+    limits: dict[str, PositiveInt] = Field(default_factory=dict)
     # GPU product (nvidia.com/gpu.product value) -> resource -> GPUs
-    products: dict[str, dict[str, int]] = Field(default_factory=dict)
+    products: dict[str, dict[str, PositiveInt]] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _selects_something(self) -> QuotaBudget:

@@ -33,6 +33,7 @@ from webhook.facts.model import FactsSource
 from webhook.facts.reservations import Reservations, ReservingFacts
 from webhook.facts.snapshotfile import load_snapshot
 from webhook.server.admission import engine_request
+from webhook.server.certexpiry import watch_serving_cert
 from webhook.server.http1 import Answer, Handler, Request, Routes, error
 from webhook.server.limits import Limits, ServerState, map_large_buffers
 from webhook.server.metrics import (
@@ -405,6 +406,7 @@ def serve(
     app = make_app(holder, source, state=state, probes=probe_port is None, profile=totals)
     probe_app = None if probe_port is None else make_probe_app(holder, source, state=state)
     app.contexts.append(_cert_reloader(ctx, cert, key, cert_check_seconds))
+    watch_serving_cert(cert)
     app.contexts.append(rule_watcher(holder, rules_check_seconds))
     if source.reservations is not None:
         app.contexts.append(hold_expirer(source.reservations))

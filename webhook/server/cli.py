@@ -89,7 +89,7 @@ def add_serve_parser(sub: Any, rules_help: str, run: Callable[[argparse.Namespac
         "--no-cluster", action="store_true", help="no cluster facts, even inside a pod"
     )
     srv.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    lim = srv.add_argument_group("limits per client (README, Threat model)")
+    lim = srv.add_argument_group("limits per client (docs/threat-model.md)")
     lim.add_argument(
         "--max-connections",
         type=positive(int),

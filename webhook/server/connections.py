@@ -1,6 +1,6 @@
 """The listener: bounded time per phase and bounded count per port.
 
-Who can reach the webhook port is not only the apiserver (README, "Threat model"), so every
+Who can reach the webhook port is not only the apiserver (docs/threat-model.md), so every
 client gets bounded time: a TLS handshake and a request head within `header_timeout`, a body
 within `body_timeout`, an idle keep-alive connection for `idle_timeout`, unread answers for
 `RESPONSE_GRACE`; at most `max_connections` connections, counted from accept, one that is

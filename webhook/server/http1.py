@@ -3,7 +3,7 @@ go out as prepared bytes.
 
 Why not aiohttp's server: a review is answered synchronously (decode, decide, encode), so a
 request object, a task per request, a stream reader and a response object cost more than
-deciding a plain pod (README, "Benchmarks"). This protocol keeps what the apiserver, the
+deciding a plain pod (docs/benchmarks.md). This protocol keeps what the apiserver, the
 kubelet and Prometheus use: keep-alive, Content-Length and chunked bodies,
 `Expect: 100-continue`, pipelined requests answered in order. Nothing else: no upgrades, no
 compression. Every limit of the aiohttp-based layer it replaces holds here too: head size,

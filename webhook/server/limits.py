@@ -44,7 +44,7 @@ class Limits:
     """What clients may cost the server; `serve` flags. The defaults fit the Deployment's
     256 MiB: the ~55 MiB baseline, 256 connections each holding a head or a small body (128 KiB
     at most, 32 MiB in all) and a TLS read buffer (256 KiB while data streams in, 64 MiB in
-    all), and the 64 MiB large-body budget (README, "Threat model")."""
+    all), and the 64 MiB large-body budget (docs/threat-model.md)."""
 
     max_body: int = MAX_BODY
     body_memory: int = 64 * MiB
@@ -92,8 +92,8 @@ def map_large_buffers() -> bool:
     """Have glibc map every buffer of 1 MiB or more on its own, so freeing one gives its
     memory straight back to the OS. glibc's default threshold grows (up to 32 MiB) after the
     first large free, after which body buffers and TLS reads come from the heap and RSS stays
-    at its high-water mark (bench/abuse.py, stalled uploads; figures in the README's "Threat
-    model"). Process-wide, so `serve` calls it, not the app."""
+    at its high-water mark (bench/abuse.py, stalled uploads; figures in docs/threat-model.md).
+    Process-wide, so `serve` calls it, not the app."""
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):

@@ -59,7 +59,7 @@ class AdmissionReview(msgspec.Struct, frozen=True, rename="camel"):
 
 
 # msgspec, not pydantic, on this one hot path: it checks the envelope and leaves the object
-# as raw bytes in ~3 µs, where a full parse costs ~10x that (bench/load.py, README).
+# as raw bytes in ~3 µs, where a full parse costs ~10x that (bench/load.py, docs/benchmarks.md).
 _DECODER = msgspec.json.Decoder(AdmissionReview)
 
 
