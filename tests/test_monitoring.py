@@ -148,6 +148,7 @@ def test_the_alerts_cover_what_an_operator_must_hear_about() -> None:
     assert "gpu_admission_request_seconds_bucket" in every  # p99 over the budget
     assert "gpu_admission_serving_cert_expiry_timestamp_seconds" in every  # cert expiry
     assert any('result="refused"' in exprs[a] for a in exprs)  # reload refused
+    assert "gpu_admission_gpu_holds_unmatched_total" in every  # forged or refused reviews
     cert = next(e for e in exprs.values() if "cert_expiry" in e)
     assert "14 * 86400" in cert
 
