@@ -1,9 +1,9 @@
 """Golden cases: each folder under tests/golden is one object, its request and the verdict.
 
-Every case runs in process through the engine, as the webhook feeds it: the subject built from
-the request, the same fast path and skips, `admit` with `Stage.ADMIT` (mutate, apply the patch,
+Every case runs in process through `engine.admit`, as the webhook calls it: the same skips,
+the same fast path (on the object's compact bytes), `Stage.ADMIT` (mutate, apply the patch,
 validate the patched object: what the apiserver does with /mutate and /validate). The few
-cases named in END_TO_END also go through the real server over HTTPS, as today.
+cases named in END_TO_END also go through the real server over HTTPS.
 
 A case folder holds:
 

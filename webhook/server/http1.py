@@ -3,11 +3,12 @@ go out as prepared bytes.
 
 Why not aiohttp's server: a review is answered synchronously (decode, decide, encode), so a
 request object, a task per request, a stream reader and a response object cost more than
-deciding a plain pod (docs/benchmarks.md). This protocol keeps what the apiserver, the
-kubelet and Prometheus use: keep-alive, Content-Length and chunked bodies,
+deciding a plain pod (docs/http-server.md measures both fronts). This protocol keeps what
+the apiserver, the kubelet and Prometheus use: keep-alive, Content-Length and chunked bodies,
 `Expect: 100-continue`, pipelined requests answered in order. Nothing else: no upgrades, no
-compression. Every limit of the aiohttp-based layer it replaces holds here too: head size,
-body size and budget, and the phases the listener's sweep times (connections.py).
+transfer codings but chunked (501), no compression. Every limit of the aiohttp-based layer it
+replaced holds here too: head size, body size and budget, and the phases the listener's sweep
+times (connections.py).
 """
 
 from __future__ import annotations
