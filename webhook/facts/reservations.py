@@ -127,7 +127,8 @@ class Reservations:
         return len(self._order)
 
     def hold(self, pod: PodGpus, *, now: float | None = None) -> None:
-        """Hold `pod`'s GPUs for `ttl` seconds, replacing any hold of the same pod name."""
+        """Hold `pod`'s GPUs (for `ttl` seconds at most), replacing any hold of the same pod
+        name."""
         if self.ttl <= 0 or not pod.gpus or not _acceptable(pod):
             return
         taken = time.monotonic() if now is None else now
