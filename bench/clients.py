@@ -163,33 +163,66 @@ async def _drive(spec: dict[str, Any], t_start: float, t_end: float) -> dict[str
         if len(samples) < 5:
             samples.append({"kind": kind, "uid": uid, **detail})
 
+    async def attempt(w: int, n: int, send: Send, t0: float) -> None:
+        """One review; its latency runs from `t0` (when it was sent, or was due)."""
+        uid = b"%08x-%04x-4000-8000-%012x" % (tag, w, n)
+        try:
+            status, data = await send(uid)
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            error("exception", uid.decode(), error=repr(exc))
+            return
+        t1 = clock()
+        if status != 200:
+            error("status", uid.decode(), status=status, body=data[:500].decode("replace"))
+            return
+        if check_uid:
+            try:
+                echoed = orjson.loads(data)["response"]["uid"]
+            except (orjson.JSONDecodeError, KeyError, TypeError):
+                echoed = None
+            if echoed != uid.decode():
+                error("uid", uid.decode(), echoed=echoed, body=data[:500].decode("replace"))
+                return
+        if t_start <= t1 < t_end:
+            state["ok"] += 1
+            latencies.append(t1 - t0)
+
     async def worker(w: int, send: Send) -> None:
         n = 0
         while state["issued"] < cap and clock() < t_end:
             state["issued"] += 1
             n += 1
-            uid = b"%08x-%04x-4000-8000-%012x" % (tag, w, n)
-            t0 = clock()
+            await attempt(w, n, send, clock())
+
+    async def open_loop(senders: list[Send]) -> None:
+        """Reviews arrive at a fixed rate from now to `t_end`, whatever the server does: each
+        takes an idle connection (waiting while all are busy), and its latency runs from the
+        moment it was due, so a server falling behind shows in the percentiles instead of
+        slowing the arrivals (no coordinated omission)."""
+        idle: asyncio.Queue[Send] = asyncio.Queue()
+        for send in senders:
+            idle.put_nowait(send)
+        interval = 1.0 / float(spec["rate"])
+        pending: set[asyncio.Task[None]] = set()
+
+        async def arrival(n: int, due: float) -> None:
+            send = await idle.get()
             try:
-                status, data = await send(uid)
-            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-                error("exception", uid.decode(), error=repr(exc))
-                continue
-            t1 = clock()
-            if status != 200:
-                error("status", uid.decode(), status=status, body=data[:500].decode("replace"))
-                continue
-            if check_uid:
-                try:
-                    echoed = orjson.loads(data)["response"]["uid"]
-                except (orjson.JSONDecodeError, KeyError, TypeError):
-                    echoed = None
-                if echoed != uid.decode():
-                    error("uid", uid.decode(), echoed=echoed, body=data[:500].decode("replace"))
-                    continue
-            if t_start <= t1 < t_end:
-                state["ok"] += 1
-                latencies.append(t1 - t0)
+                await attempt(0, n, send, due)
+            finally:
+                idle.put_nowait(send)
+
+        due = clock()
+        while due < t_end and state["issued"] < cap:
+            now = clock()
+            while due <= now and due < t_end and state["issued"] < cap:
+                state["issued"] += 1
+                task = asyncio.create_task(arrival(state["issued"], due))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+                due += interval
+            await asyncio.sleep(max(0.0, due - clock()))
+        await asyncio.gather(*list(pending))
 
     if spec["client"] == "raw":
         uid_length = len(b"%08x-%04x-4000-8000-%012x" % (0, 0, 0))
@@ -201,7 +234,12 @@ async def _drive(spec: dict[str, Any], t_start: float, t_end: float) -> dict[str
         ).encode()
         parts = [prefix + parts[0], *parts[1:]]
         senders = [_raw_sender(port, ctx, parts) for _ in range(concurrency)]
-        await asyncio.gather(*(worker(w, s) for w, s in enumerate(senders)))
+        if spec.get("rate"):
+            await open_loop(senders)
+        else:
+            await asyncio.gather(*(worker(w, s) for w, s in enumerate(senders)))
+    elif spec.get("rate"):
+        raise ValueError("the open loop drives the raw client only")
     else:
         url = f"https://127.0.0.1:{port}{path}"
         async with aiohttp.ClientSession(

@@ -88,8 +88,11 @@ class Bench:
         concurrency: int,
         *,
         check_uid: bool,
+        rate: float | None = None,
     ) -> Result:
-        """One timed run: start the clients, sample /proc at window edges, merge results."""
+        """One timed run: start the clients, sample /proc at window edges, merge results.
+        With `rate`, the clients offer that many reviews a second in all (open loop) over
+        `concurrency` connections."""
         profiled = self.args.profile and scenario != "floor"
         stages_before = get_json(port, self.ca, "/debug/stages") if profiled else None
         if self.args.settle > 0:
@@ -109,6 +112,7 @@ class Bench:
                 "concurrency": share,
                 "max_requests": self.args.max_requests // nclients,
                 "tag": self.tag,
+                "rate": rate * share / concurrency if rate else None,
             }
             proc = self.procs.start(
                 [sys.executable, str(Path(__file__).resolve()), "--client-worker"],
@@ -175,6 +179,7 @@ class Bench:
             samples=[s for o in outs for s in o["samples"]],
             capped=any(o["issued"] >= spec["max_requests"] for o in outs),
             stages=stages,
+            rate=rate,
         )
 
 
@@ -297,6 +302,28 @@ def run_bench(args: argparse.Namespace) -> int:
                     runs.append((sc.name, endpoint, template, server, port, err))
             print()
 
+            if args.open_loop:
+                # Open loop: each rate offered to every run, over the largest concurrency's
+                # connections; latency from when each review was due. No floor: a fixed
+                # arrival rate is what both would be offered, so only latency compares.
+                connections = max(args.concurrency)
+                for rate in args.open_loop:
+                    print(f"Open loop, {rate:g} reviews/s over {connections} connections:")
+                    for name, endpoint, template, server, port, err in runs:
+                        r = bench.run(
+                            server, port, name, endpoint, template, connections,
+                            check_uid=True, rate=rate,
+                        )  # fmt: skip
+                        print(report_line(r))
+                        results.append(r)
+                        if r.errors:
+                            print(f"!! {r.errors} failed requests; first ones: {r.samples}")
+                            print(f"   webhook stderr (last lines):\n{tail(err)}")
+                        if server.poll() is not None:
+                            raise RuntimeError(f"webhook exited with {server.returncode}")
+                    print()
+                runs = []  # the closed-loop runs below are skipped
+                args.concurrency = []
             # The floor reads the same bytes as the GPU pod /mutate run, whatever is selected.
             floor_body = orjson.dumps(review(gpu_pod(), user=RS_CONTROLLER, groups=SA_GROUPS))
             for concurrency in args.concurrency:
@@ -379,6 +406,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="before each run, wait up to this many seconds for other processes to go quiet",
     )
     p.add_argument("--rules", type=Path, default=REPO / "rules", help="rules folder to serve")
+    p.add_argument(
+        "--open-loop",
+        type=float,
+        nargs="+",
+        metavar="RATE",
+        help="offer each of these reviews/s to every run (fixed arrival times, latency from "
+        "when each was due) instead of the closed-loop concurrency runs; e.g. 500 2000 5000",
+    )
     p.add_argument(
         "--profile",
         action="store_true",

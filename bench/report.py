@@ -40,6 +40,13 @@ class Result:
     capped: bool = False
     # --profile: server µs per review by stage (webhook/server/stages.py), from /debug/stages
     stages: dict[str, float] | None = None
+    # --open-loop: the reviews/s offered, whatever the server answers (None: closed loop)
+    rate: float | None = None
+
+    @property
+    def load(self) -> str:
+        """How the load was made: `c=16` connections in lock-step, or `open 2000/s`."""
+        return f"open {self.rate:.0f}/s" if self.rate else f"c={self.concurrency}"
 
     @property
     def cpu_us(self) -> float:
@@ -91,7 +98,7 @@ def report_line(r: Result) -> str:
         for c, (b, i, st) in sorted(r.cores.items())
     )
     return (
-        f"  {r.scenario:<15} {r.endpoint:<9} c={r.concurrency:<3} {r.rps:7.0f} req/s  "
+        f"  {r.scenario:<15} {r.endpoint:<9} {r.load:<10} {r.rps:7.0f} req/s  "
         f"p50 {r.p50_ms:6.2f} ms  p99 {r.p99_ms:6.2f} ms  errors {r.errors}  "
         f"RSS {r.rss_mb:.1f} MB"
         + (f"  {r.pct_floor} of floor" if r.floor else "")
@@ -120,7 +127,7 @@ def markdown(results: list[Result]) -> str:
         [
             r.scenario,
             r.endpoint if r.scenario != "floor" else "(bare aiohttp)",
-            str(r.concurrency),
+            f"open {r.rate:.0f}/s" if r.rate else str(r.concurrency),
             ("≥ " if r.scenario == "floor" and r.client_bound else "")
             + f"{r.rps:.0f}"
             + ("*" if r.contended or r.capped else ""),
