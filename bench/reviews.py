@@ -239,6 +239,14 @@ def gpu_pod_unique() -> dict[str, Any]:
     return pod
 
 
+def gpu_pod_denied() -> dict[str, Any]:
+    """The GPU pod with its container privileged: denied by privileged-gpu, so each review
+    writes a decision log line (what a denial storm, a controller retrying, costs per review)."""
+    pod = gpu_pod()
+    pod["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    return pod
+
+
 def gpu_pod_20() -> dict[str, Any]:
     """A pod of 20 containers: 8 GPU workers and 12 CPU sidecars (proxies, log shippers)."""
     pod = gpu_pod()
@@ -346,6 +354,7 @@ SCENARIOS = (
     Scenario(
         "gpu-pod-facts", gpu_pod_unique, RS_CONTROLLER, SA_GROUPS, ("mutate", "validate"), True
     ),
+    Scenario("gpu-pod-denied", gpu_pod_denied, RS_CONTROLLER, SA_GROUPS, ("validate",)),
     Scenario("gpu-deployment", gpu_deployment, ARGOCD, SA_GROUPS, ("mutate",)),
     Scenario("gpu-pod-20", gpu_pod_20, RS_CONTROLLER, SA_GROUPS, ("mutate", "validate")),
     Scenario("plain-pod", plain_pod, RS_CONTROLLER, SA_GROUPS, ("mutate", "validate")),
