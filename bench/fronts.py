@@ -65,9 +65,9 @@ def run_aiohttp_front(port: int, cert: str, key: str, rules: str, snapshot: str)
     from aiohttp import web
 
     from webhook.server.app import cluster_source, hold_expirer, make_app
-    from webhook.server.http1 import Answer, Request
     from webhook.server.limits import ServerState, map_large_buffers
     from webhook.server.reload import RuleHolder
+    from webhook.server.routes import Answer, Request
     from webhook.server.tls import make_ssl_context
 
     holder = RuleHolder(source=Path(rules))

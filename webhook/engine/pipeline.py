@@ -79,7 +79,7 @@ def _evaluate(
         subject = dataclasses.replace(subject, obj=obj)
         _, views = _scope(subject, rules, labels)  # the same namespace: the same rules
         views = claims.resolve(views, compiled, facts)
-    if subject.kind != "Pod" and views:
+    if subject.kind != "Pod" and views and facts is not None:  # only gpu-quota reads them
         workload = rules.workloads.get(subject.group, subject.kind)
         ctx.totals = object_totals(views, ctx, workload is not None and workload.gang)
     active = compiled.validations if facts is not None else compiled.offline_validations

@@ -34,7 +34,6 @@ from webhook.facts.reservations import Reservations, ReservingFacts
 from webhook.facts.snapshotfile import load_snapshot
 from webhook.server.admission import engine_request
 from webhook.server.certexpiry import watch_serving_cert
-from webhook.server.http1 import Answer, Handler, Request, Routes, error
 from webhook.server.limits import Limits, ServerState, map_large_buffers
 from webhook.server.metrics import (
     CONTENT_TYPE,
@@ -47,6 +46,7 @@ from webhook.server.metrics import (
 from webhook.server.ports import serve_until_signalled
 from webhook.server.reload import RuleHolder
 from webhook.server.review import BadReview, decode, respond
+from webhook.server.routes import Answer, Handler, Request, Routes, error
 from webhook.server.stages import OFF, StageTotals
 from webhook.server.tls import make_ssl_context
 

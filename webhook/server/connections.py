@@ -20,8 +20,9 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from webhook.server.http1 import Connection, Phase, Routes
+from webhook.server.http1 import Connection, Phase
 from webhook.server.limits import CUT, RESPONSE_GRACE, Limits
+from webhook.server.routes import Routes
 
 log = logging.getLogger("gpu-admission")
 

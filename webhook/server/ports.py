@@ -11,8 +11,8 @@ import ssl
 from dataclasses import dataclass, field
 
 from webhook.server.connections import Listener
-from webhook.server.http1 import Routes
 from webhook.server.limits import ServerState
+from webhook.server.routes import Routes
 
 log = logging.getLogger("gpu-admission")
 
