@@ -107,12 +107,17 @@ class Fast:
 FAST = Fast()
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Decided:
-    """The engine's decision; the subject it judged (None: the object is not readable JSON)."""
+    """The engine's decision; the subject it judged (None: the object is not readable JSON).
+    Its __init__ is written out: compiled, a generated one runs as interpreted Python."""
 
     decision: Decision
     subject: Subject | None
+
+    def __init__(self, decision: Decision, subject: Subject | None) -> None:
+        self.decision = decision
+        self.subject = subject
 
 
 Outcome = Skipped | Fast | Decided

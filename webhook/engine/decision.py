@@ -61,12 +61,16 @@ _VERDICT = {Mode.ENFORCE: Verdict.DENY, Mode.WARN: Verdict.WARN, Mode.AUDIT: Ver
 _STRENGTH = {Verdict.DENY: 0, Verdict.WARN: 1, Verdict.AUDIT: 2}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False, unsafe_hash=True)  # not frozen: see Finding
 class Judged:
     """A finding with the mode it was judged in: enforce denies, warn and audit only report."""
 
     finding: Finding
     mode: Mode
+
+    def __init__(self, finding: Finding, mode: Mode) -> None:
+        self.finding = finding
+        self.mode = mode
 
     @property
     def verdict(self) -> Verdict:
@@ -87,7 +91,9 @@ class Unreadable:
 
 # Not frozen (a frozen dataclass pays object.__setattr__ per field on every review); never
 # edited after it is built all the same.
-@dataclass(slots=True)
+# __init__ written out (init=False): compiled, the one `dataclass` generates runs as
+# interpreted Python, several times the cost of a native one, and this is built every review.
+@dataclass(slots=True, init=False)
 class Decision:
     """Everything decided about one object. Built by `combine`; never changed afterwards."""
 
@@ -99,6 +105,22 @@ class Decision:
     hold: PodGpus | None = None
     unreadable: Unreadable | None = None
     mutated: Any = None  # the object after the patch, when the caller asked for both stages
+
+    def __init__(
+        self,
+        patch: tuple[dict[str, Any], ...] = (),
+        mutated_by: tuple[str, ...] = (),
+        judged: tuple[Judged, ...] = (),
+        hold: PodGpus | None = None,
+        unreadable: Unreadable | None = None,
+        mutated: Any = None,
+    ) -> None:
+        self.patch = patch
+        self.mutated_by = mutated_by
+        self.judged = judged
+        self.hold = hold
+        self.unreadable = unreadable
+        self.mutated = mutated
 
     @property
     def allowed(self) -> bool:

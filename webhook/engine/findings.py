@@ -10,7 +10,11 @@ __all__ = ["WARNING_LIMIT", "Finding"]
 WARNING_LIMIT = 120
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen and its __init__ written out: compiled, a frozen dataclass sets each field through
+# object.__setattr__ in an interpreted __init__, several times the cost of a native one, paid
+# by every finding (a denial storm builds them by the thousand). Never edited after it is
+# built all the same; hashable like a frozen one.
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class Finding:
     """A rule's complaint about one field.
 
@@ -25,6 +29,15 @@ class Finding:
     # Advisory findings never deny: the rule could not judge (no cluster facts) and its
     # whenUnknown is "allow", or the object is a controller whose pods are judged later.
     advisory: bool = False
+
+    def __init__(
+        self, rule: str, summary: str, fix: str, field: str, advisory: bool = False
+    ) -> None:
+        self.rule = rule
+        self.summary = summary
+        self.fix = fix
+        self.field = field
+        self.advisory = advisory
 
     def message(self) -> str:
         """The full text a denial carries."""

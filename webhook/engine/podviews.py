@@ -62,7 +62,9 @@ def holds_pods(group: str, kind: str, table: WorkloadTable = DEFAULT_TABLE) -> b
 
 # Not frozen: a frozen dataclass sets each field through object.__setattr__, which costs a
 # review ~3 µs per container. Views are still never edited: `dataclasses.replace` makes new ones.
-@dataclass(slots=True, eq=False)
+# The __init__ is written out (init=False): compiled, the one `dataclass` generates runs as
+# interpreted Python, several times the cost of a native one, on every view of every review.
+@dataclass(slots=True, eq=False, init=False)
 class ContainerView:
     """One container (or init container) with its GPU asks already parsed."""
 
@@ -96,6 +98,44 @@ class ContainerView:
     # The name its scheduler's webhook gave the pod's ConfigMaps (the pod annotation it writes,
     # e.g. runai/shared-gpu-configmap): only a ConfigMap of that name is the scheduler's.
     shared_config_map: str = ""
+
+    def __init__(
+        self,
+        raw: dict[str, Any],
+        slot: tuple[str | int, ...],
+        init: bool,
+        name: str,
+        field_path: str,
+        gpu_limits: dict[str, Amount],
+        gpu_requests: dict[str, Amount],
+        raw_gpu_limits: dict[str, Any],
+        raw_gpu_requests: dict[str, Any],
+        asks_gpu: bool = False,
+        sidecar: bool = False,
+        ephemeral: bool = False,
+        resources_key: str = "resources",
+        claims: tuple[tuple[str, str], ...] = (),
+        gpu_classes: tuple[str, ...] = (),
+        shared_gpu: str = "",
+        shared_config_map: str = "",
+    ) -> None:
+        self.raw = raw
+        self.slot = slot
+        self.init = init
+        self.name = name
+        self.field_path = field_path
+        self.gpu_limits = gpu_limits
+        self.gpu_requests = gpu_requests
+        self.raw_gpu_limits = raw_gpu_limits
+        self.raw_gpu_requests = raw_gpu_requests
+        self.asks_gpu = asks_gpu
+        self.sidecar = sidecar
+        self.ephemeral = ephemeral
+        self.resources_key = resources_key
+        self.claims = claims
+        self.gpu_classes = gpu_classes
+        self.shared_gpu = shared_gpu
+        self.shared_config_map = shared_config_map
 
     def locate(self, spec: dict[str, Any]) -> dict[str, Any]:
         """The same container inside another copy of the pod spec (a mutation's working copy)."""
@@ -132,7 +172,7 @@ class ContainerView:
         return f'{kind} "{self.name}"'
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)  # __init__ written out: see ContainerView
 class PodView:
     """A pod spec somewhere inside an object, with where it is and what owns it."""
 
@@ -165,6 +205,41 @@ class PodView:
     gpus_held: dict[str, Amount] | None = field(default=None, init=False, repr=False)
     # The pod's (or template's) annotations: GPU-sharing schedulers read their asks there.
     annotations: dict[str, Any] = field(default_factory=dict)
+
+    def __init__(
+        self,
+        spec: dict[str, Any],
+        pointer: str,
+        field_path: str,
+        kind: str,
+        labels: dict[str, Any],
+        owner_kinds: tuple[str, ...],
+        containers: tuple[ContainerView, ...] = (),
+        replicas: int = 1,
+        isolation_only: bool = False,
+        focus: frozenset[tuple[str | int, ...]] | None = None,
+        mutable: bool = True,
+        shm: bool = True,
+        runtime: bool = False,
+        resource_claims: tuple[tuple[str, str, str], ...] = (),
+        annotations: dict[str, Any] | None = None,
+    ) -> None:
+        self.spec = spec
+        self.pointer = pointer
+        self.field_path = field_path
+        self.kind = kind
+        self.labels = labels
+        self.owner_kinds = owner_kinds
+        self.containers = containers
+        self.replicas = replicas
+        self.isolation_only = isolation_only
+        self.focus = focus
+        self.mutable = mutable
+        self.shm = shm
+        self.runtime = runtime
+        self.resource_claims = resource_claims
+        self.gpus_held = None
+        self.annotations = {} if annotations is None else annotations
 
     @property
     def asks_gpu(self) -> bool:

@@ -90,7 +90,9 @@ ClaimSpec = tuple[ClaimRequest, ...]
 
 # Not frozen (a frozen dataclass pays object.__setattr__ per field, made on every review);
 # never edited after it is built all the same.
-@dataclass(slots=True)
+# __init__ written out (init=False): compiled, the one `dataclass` generates runs as
+# interpreted Python, several times the cost of a native one, and this is built every review.
+@dataclass(slots=True, init=False)
 class DraFacts:
     """The DRA objects one namespace's pods may name. None: the source does not know that
     kind (not listed yet, not allowed, a snapshot without it); empty: known, none there
@@ -102,6 +104,18 @@ class DraFacts:
     # Devices the namespace's ResourceClaims take, by `device_key` (`devices_of`, All as 1):
     # what a webhook budget naming such a key has in use. Empty while claims are unknown.
     claim_devices: Mapping[str, Amount]
+
+    def __init__(
+        self,
+        device_classes: Mapping[str, DeviceClass] | None,
+        templates: Mapping[str, ClaimSpec] | None,
+        claims: Mapping[str, ClaimSpec] | None,
+        claim_devices: Mapping[str, Amount],
+    ) -> None:
+        self.device_classes = device_classes
+        self.templates = templates
+        self.claims = claims
+        self.claim_devices = claim_devices
 
 
 # ---- readers ----------------------------------------------------------------------------

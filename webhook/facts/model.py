@@ -69,7 +69,9 @@ class PriorityClass:
 
 # Not frozen (a frozen dataclass pays object.__setattr__ per field, made on every review);
 # never edited after it is built all the same.
-@dataclass(slots=True)
+# __init__ written out (init=False): compiled, the one `dataclass` generates runs as
+# interpreted Python, several times the cost of a native one, and this is built every review.
+@dataclass(slots=True, init=False)
 class PodGpus:
     """What the cache keeps of a pod: enough for quota and usage, ~200 bytes, not the object."""
 
@@ -85,6 +87,26 @@ class PodGpus:
     # so positional construction stays as it was.
     reach: tuple[str, ...] = ()
 
+    def __init__(
+        self,
+        namespace: str,
+        name: str,
+        phase: str,
+        gpus: Mapping[str, Amount],
+        node: str = "",
+        product: str = "",
+        priority_class: str = "",
+        reach: tuple[str, ...] = (),
+    ) -> None:
+        self.namespace = namespace
+        self.name = name
+        self.phase = phase
+        self.gpus = gpus
+        self.node = node
+        self.product = product
+        self.priority_class = priority_class
+        self.reach = reach
+
     @property
     def products(self) -> tuple[str, ...]:
         """The products this pod's GPUs count against."""
@@ -93,7 +115,7 @@ class PodGpus:
         return (self.product,) if self.product else ()
 
 
-@dataclass
+@dataclass(init=False)  # __init__ written out: see PodGpus
 class Usage:
     """GPUs held by a namespace's non-terminated pods: by resource, and by (resource, product).
 
@@ -106,6 +128,14 @@ class Usage:
 
     by_resource: dict[str, Amount] = field(default_factory=lambda: defaultdict(int))
     by_product: dict[tuple[str, str], Amount] = field(default_factory=lambda: defaultdict(int))
+
+    def __init__(
+        self,
+        by_resource: dict[str, Amount] | None = None,
+        by_product: dict[tuple[str, str], Amount] | None = None,
+    ) -> None:
+        self.by_resource = defaultdict(int) if by_resource is None else by_resource
+        self.by_product = defaultdict(int) if by_product is None else by_product
 
     def add(self, pod: PodGpus, sign: int = 1) -> None:
         products = pod.products
@@ -213,18 +243,24 @@ class ServingRuntime:
 
 
 # Not frozen (a frozen dataclass pays object.__setattr__ per field, made on every review);
-# never edited after it is built all the same.
-@dataclass(slots=True)
+# never edited after it is built all the same. __init__ written out: see PodGpus.
+@dataclass(slots=True, init=False)
 class ServingRuntimes:
     """The runtimes a predictor in one namespace may use: its namespace's, then the cluster's."""
 
     namespaced: Mapping[str, ServingRuntime]
     cluster: Mapping[str, ServingRuntime]
 
+    def __init__(
+        self, namespaced: Mapping[str, ServingRuntime], cluster: Mapping[str, ServingRuntime]
+    ) -> None:
+        self.namespaced = namespaced
+        self.cluster = cluster
+
 
 # Not frozen (a frozen dataclass pays object.__setattr__ per field, made on every review);
-# never edited after it is built all the same.
-@dataclass(slots=True)
+# never edited after it is built all the same. __init__ written out: see PodGpus.
+@dataclass(slots=True, init=False)
 class Facts:
     """What the rules may know of the cluster while judging one object in one namespace.
 
@@ -262,6 +298,36 @@ class Facts:
     # `usage` (the apiserver counts those exactly). A budget tighter than that quota is not
     # kept by it, so it adds these back. None: no such hold.
     unheld: Usage | None = None
+
+    def __init__(
+        self,
+        namespace: str,
+        namespace_labels: Mapping[str, str] | None,
+        quotas: tuple[Quota, ...],
+        usage: Usage,
+        priority_classes: Mapping[str, PriorityClass],
+        nodes: NodeIndex,
+        age_seconds: float | None = None,
+        config_maps: Mapping[str, Mapping[str, str]] | None = None,
+        secrets: Mapping[str, Mapping[str, str]] | None = None,
+        provisionable: tuple[Node, ...] | None = None,
+        serving_runtimes: ServingRuntimes | None = None,
+        dra: DraFacts | None = None,
+        unheld: Usage | None = None,
+    ) -> None:
+        self.namespace = namespace
+        self.namespace_labels = namespace_labels
+        self.quotas = quotas
+        self.usage = usage
+        self.priority_classes = priority_classes
+        self.nodes = nodes
+        self.age_seconds = age_seconds
+        self.config_maps = config_maps
+        self.secrets = secrets
+        self.provisionable = provisionable
+        self.serving_runtimes = serving_runtimes
+        self.dra = dra
+        self.unheld = unheld
 
     def priority_class(self, name: str) -> PriorityClass | None:
         return self.priority_classes.get(name)

@@ -42,20 +42,31 @@ _MAX_LABEL_VALUE = 63  # a product is a node label value
 _RECENT = 20  # unmatched holds named in one log line
 
 
-@dataclass(slots=True)
+# Both built on every hold taken; their __init__ is written out (init=False): compiled, the
+# one `dataclass` generates runs as interpreted Python, several times the cost.
+@dataclass(slots=True, init=False)
 class _Hold:
     pod: PodGpus
     until: float  # the end whatever the watch says
     settle_by: float  # the end once a current watch has had the time to show the pod
 
+    def __init__(self, pod: PodGpus, until: float, settle_by: float) -> None:
+        self.pod = pod
+        self.until = until
+        self.settle_by = settle_by
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class _Namespace:
     """One namespace's holds by pod name, oldest first (a dict keeps insertion order), and
     their running total: one small record per namespace, as most hold a pod or two."""
 
     holds: dict[str, _Hold]
     total: Usage
+
+    def __init__(self, holds: dict[str, _Hold], total: Usage) -> None:
+        self.holds = holds
+        self.total = total
 
 
 def _shift(table: dict[K, Any], key: K, delta: Amount) -> None:
