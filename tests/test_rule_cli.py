@@ -73,7 +73,9 @@ def test_a_broken_folder_fails_check_with_file_line_and_field(tmp_path: Path) ->
     (tmp_path / "r.yaml").write_text("rules:\n  gpu-shm:\n    maxSise: 4Gi\n")
     result = run("check", str(tmp_path))
     assert result.returncode == 1
-    assert f"{tmp_path}/r.yaml:3: rules.gpu-shm.maxSise" in result.stdout
+    assert result.stdout.startswith(
+        f"{tmp_path}/r.yaml:3:5: rules.gpu-shm.maxSise: unknown key. Fix: did you mean maxSize?"
+    )
 
 
 def test_equally_specific_overrides_setting_one_value_twice_fail_check(tmp_path: Path) -> None:
@@ -145,7 +147,7 @@ def test_explain_shows_where_each_setting_comes_from(tmp_path: Path) -> None:
     assert 'minSize: "1Gi"    # built-in default' in research.stdout
 
     other = run("explain", str(tmp_path), "--namespace", "web")
-    assert f'maxSize: "32Gi"    # {tmp_path}/base.yaml:3' in other.stdout
+    assert f'maxSize: "32Gi"    # {tmp_path}/base.yaml:3:5\n' in other.stdout
 
     exempt = run("explain", str(tmp_path), "--namespace", "kube-system")
     assert "exempt: nothing in this namespace is changed or judged (a built-in exemption" in (
@@ -165,13 +167,15 @@ def test_exemption_lists_add_up_across_files_and_explain_says_which_line(
         for ns in ("monitoring", "ml-infra", "gpu-operator", "gpu-admission", "web")
     }
     assert (
-        f"(exemptions.namespaces: monitoring at {tmp_path}/a-team.yaml:2)"
+        f"(exemptions.namespaces: monitoring at {tmp_path}/a-team.yaml:2:16)"
         in (explained["monitoring"])
     )
-    assert f"(exemptions.namespaces: ml-infra at {tmp_path}/b-team.yaml:3)" in explained["ml-infra"]
+    assert (
+        f"(exemptions.namespaces: ml-infra at {tmp_path}/b-team.yaml:3:7)" in explained["ml-infra"]
+    )
     assert "exempt: nothing" in explained["gpu-operator"]  # the built-in ones stay
     assert (
-        f"not exempt (exemptions.remove.namespaces at {tmp_path}/b-team.yaml:5 takes its "
+        f"not exempt (exemptions.remove.namespaces at {tmp_path}/b-team.yaml:5:18 takes its "
         "built-in exemption away)" in explained["gpu-admission"]
     )
     assert "not exempt" in explained["web"] and "global mode" in explained["web"]

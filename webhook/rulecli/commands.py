@@ -230,7 +230,8 @@ def explain(folder: Path | None, namespace: str, labels: dict[str, str] | None, 
             if (rule_id, key) in resolved.origin:
                 source = f"override {resolved.origin[(rule_id, key)]!r}"
             else:
-                source = loaded.lines.get(("rules", rule_id, key), "built-in default")
+                where = loaded.lines.get(("rules", rule_id, key))
+                source = str(where) if where is not None else "built-in default"
             print(f"  {key}: {json.dumps(value)}    # {source}", file=out)
     for conflict in resolved.conflicts:
         print(f"conflict: {conflict}", file=out)
