@@ -572,3 +572,48 @@ def test_an_unquoted_off_and_a_quoted_one_are_the_same_setting_in_overrides(
         '  - {name: b, namespaces: [lab], rules: {gpu-shm: {mode: "off"}}}\n'
     )
     assert conflicts(load_rules(_folder(tmp_path, **{"a.yaml": text}))) == []
+
+
+# --- an override's settings together with the rules it is laid over -------------------------
+
+
+def test_an_override_is_checked_against_the_rules_it_is_laid_over(tmp_path: Path) -> None:
+    base = "rules:\n  gpu-shm: {minSize: 256Mi, maxSize: 2Gi}\n"
+    fits = "overrides:\n  - name: small\n    namespaces: [lab]\n    rules:\n" + (
+        "      gpu-shm: {maxSize: 512Mi}\n"  # below the built-in minSize, above this base's
+    )
+    rules = load_rules(_folder(tmp_path, **{"a.yaml": base, "b.yaml": fits}))
+    assert resolve.resolve(rules, "lab").rules.rules.gpu_shm.max_size == "512Mi"
+    (tmp_path / "c.yaml").write_text(
+        "overrides:\n  - name: big\n    namespaces: [ml]\n    rules:\n"
+        "      gpu-shm: {minSize: 4Gi}\n"
+    )
+    with pytest.raises(RuleFileError) as err:
+        load_rules(tmp_path)
+    assert err.value.problems == [
+        f"{tmp_path}/c.yaml:5:26: overrides.1.rules.gpu-shm.minSize: minSize 4Gi is larger than "
+        "maxSize 2Gi. Fix: lower minSize or raise maxSize"
+    ]
+
+
+def test_two_overrides_that_cross_in_one_namespace_keep_the_cap_and_say_so(
+    tmp_path: Path,
+) -> None:
+    from webhook.engine.compiled import compile_rules
+
+    text = (
+        "overrides:\n"
+        "  - {name: a, namespaces: [ml], rules: {gpu-shm: {minSize: 4Gi}}}\n"
+        "  - {name: b, namespaces: ['ml*'], rules: {gpu-shm: {maxSize: 2Gi}}}\n"
+    )
+    rules = load_rules(_folder(tmp_path, **{"a.yaml": text}))
+    resolved = resolve.resolve(rules, "ml")
+    shm = resolved.rules.rules.gpu_shm
+    assert (shm.min_size, shm.max_size) == ("2Gi", "2Gi")
+    assert resolved.conflicts == (
+        "gpu-shm.minSize 4Gi (override 'a') is above gpu-shm.maxSize 2Gi (override 'b') for "
+        "namespace ml; maxSize holds",
+    )
+    # A review in that namespace is judged with the cap, not failed.
+    in_force = compile_rules(rules).for_namespace("ml", None).ruleset
+    assert in_force.rules.gpu_shm.min_size == "2Gi"

@@ -363,6 +363,20 @@ class GpuDeviceClasses(_Model):
 RULE_IDS: tuple[str, ...] = tuple(
     str(f.alias) for f in RuleSettings.model_fields.values() if f.alias is not None
 )
+# Rules whose settings are checked together (ShmRule: minSize <= maxSize): rule id -> the
+# RuleSettings field and the rule's model.
+_CHECKED_TOGETHER: dict[str, tuple[str, type[_Model]]] = {
+    str(f.alias): (name, f.annotation)
+    for name, f in RuleSettings.model_fields.items()
+    if isinstance(f.annotation, type)
+    and issubclass(f.annotation, _Model)
+    and f.annotation.__pydantic_decorators__.model_validators
+}
+
+
+def _across_settings(err: Any) -> bool:
+    """A rule model's own check of its settings together: the error sits at the rule."""
+    return len(err.get("loc", ())) == 1 and err.get("type") == "value_error"
 
 
 class Override(_Model):
@@ -401,11 +415,15 @@ class Override(_Model):
                 "add namespaces: [research-*] or namespaceSelector: {matchLabels: {team: x}}",
             )
         # Each partial setting must be valid on its own, so typos (an unknown rule id too)
-        # fail at load, not at use, each reported where it is written.
+        # fail at load, not at use, each reported where it is written. What a rule's settings
+        # must agree on together (minSize <= maxSize) depends on the rules the override is laid
+        # over: `RuleSet` checks that.
         try:
             RuleSettings.model_validate(self.rules)
         except ValidationError as exc:
-            raise Nested((("rules",), RuleSettings, exc.errors(include_url=False))) from None
+            errors = [e for e in exc.errors(include_url=False) if not _across_settings(e)]
+            if errors:
+                raise Nested((("rules",), RuleSettings, errors)) from None
         return self
 
     @property
@@ -484,6 +502,27 @@ class RuleSet(_Model):
                     (i,),
                 )
         return workloads
+
+    @model_validator(mode="after")
+    def _overrides_fit_the_rules(self) -> RuleSet:
+        """An override laid over these rules leaves settings that agree with each other (a
+        minSize it sets is not above the maxSize of the rules, and so on): checked here, at
+        load, rather than failing the first review in a namespace it selects."""
+        found: list[tuple[tuple[str | int, ...], type[_Model], list[Any]]] = []
+        for i, override in enumerate(self.overrides):
+            for rule_id, settings in override.rules.items():
+                if rule_id not in _CHECKED_TOGETHER:
+                    continue
+                name, model = _CHECKED_TOGETHER[rule_id]
+                base = getattr(self.rules, name).model_dump(by_alias=True)
+                try:
+                    model.model_validate({**base, **settings})
+                except ValidationError as exc:
+                    where = ("overrides", i, "rules", rule_id)
+                    found.append((where, model, exc.errors(include_url=False)))
+        if found:
+            raise Nested(*found)
+        return self
 
     @field_validator("overrides")
     @classmethod
