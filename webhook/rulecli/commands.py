@@ -132,8 +132,10 @@ def check(folder: Path | None, out: TextIO, quotas_in: QuotasIn | None = None) -
     for line in disagreements(plans, quotas_in) if quotas_in is not None else ():
         print(f"warning: {line}", file=out)
     where = folder if folder is not None else "no rules folder: the built-in defaults"
+    count = len(rs.overrides)
     print(
-        f"ok: {where} is a valid rule set (global mode {rs.mode}, {len(rs.overrides)} overrides)",
+        f"ok: {where} is a valid rule set (global mode {rs.mode}, {count} "
+        f"{'override' if count == 1 else 'overrides'})",
         file=out,
     )
     return 0
