@@ -58,6 +58,36 @@ def test_the_shipped_rule_tests_pass() -> None:
     assert result.stdout.count("PASS") >= 10
 
 
+def test_a_team_rule_file_beside_the_shipped_one_keeps_the_shipped_cases_green(
+    tmp_path: Path,
+) -> None:
+    """The shipped cases describe the built-in defaults (`ruleSet: built-in`); cases of a file
+    without that line run against the folder, the team's changes included."""
+    folder = tmp_path / "rules"
+    (folder / "tests").mkdir(parents=True)
+    (folder / "gpu-admission.yaml").write_text((ROOT / "rules" / "gpu-admission.yaml").read_text())
+    shipped = (ROOT / "rules" / "tests" / "defaults.yaml").read_text()
+    (folder / "tests" / "defaults.yaml").write_text(shipped)
+    # Hygiene findings the shipped cases expect as warnings, switched off by the team.
+    (folder / "team.yaml").write_text("rules:\n  gpu-readiness-probe: {mode: 'off'}\n")
+    result = run("test", str(folder))
+    assert result.returncode == 0, result.stdout
+    assert f"{folder}/tests/defaults.yaml: against the built-in defaults" in result.stdout
+    (folder / "team.yaml").write_text(
+        "rules:\n  gpu-readiness-probe: {mode: 'off'}\n"
+        "overrides:\n  - {name: lab, namespaces: [lab], rules: {gpu-shm: {mutate: false}}}\n"
+    )
+    assert "(global mode enforce, 1 override)" in run("check", str(folder)).stdout
+    # The same cases, said to assume the folder's rules, see the team's change.
+    (folder / "tests" / "defaults.yaml").write_text(shipped.replace("ruleSet: built-in\n", ""))
+    result = run("test", str(folder))
+    assert result.returncode == 1
+    assert "FAIL hygiene findings warn and do not deny" in result.stdout
+    assert "warned: expected ['gpu-init-container', 'gpu-memory-limit', 'gpu-readiness-probe']" in (
+        result.stdout
+    )
+
+
 def test_check_says_a_pod_label_exemption_never_covers_gpu_access(tmp_path: Path) -> None:
     (tmp_path / "r.yaml").write_text(
         "exemptions:\n  podSelector: {matchLabels: {app: dcgm-exporter}}\n"

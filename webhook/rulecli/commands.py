@@ -163,9 +163,16 @@ def test(folder: Path | None, cases: list[Path], out: TextIO) -> int:
     for problem in problems:
         print(f"ERROR {problem}", file=out)
     passed = 0
-    rules = compile_rules(loaded.rules)
-    for source, case in found:
-        result = run_case(source, case, rules)
+    rules = {"folder": compile_rules(loaded.rules)}
+    said: set[str] = set()
+    for item in found:
+        source, case = item.source, item.case
+        if item.rule_set == "built-in" and source not in said:
+            said.add(source)
+            print(f"{source}: against the built-in defaults (ruleSet: built-in)", file=out)
+        if item.rule_set not in rules:
+            rules[item.rule_set] = compile_rules(RuleSet())
+        result = run_case(source, case, rules[item.rule_set])
         if result.passed:
             passed += 1
             print(f"PASS {case.name}", file=out)
