@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -171,3 +172,26 @@ def test_one_bad_value_or_key_gives_one_line_with_file_line_column_and_fix(
     assert problem.startswith(where), (text, problem, where, on_key)
     assert "\n" not in problem
     assert re.search(r"\S\. Fix: \S", problem[len(where) :]), problem
+
+
+# --- the documented example -----------------------------------------------------------------
+
+EXAMPLE = Path(__file__).parent / "rule_errors"
+
+
+def test_the_example_rule_file_gets_the_golden_lines_and_the_docs_show_them(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """tests/rule_errors/rules/team.yaml holds the usual mistakes; `rules check` names each at
+    its line and column, in order, with its fix: exactly expected.txt, which the writing-rules
+    page shows."""
+    from webhook.cli import main
+
+    monkeypatch.chdir(EXAMPLE)
+    assert main(["rules", "check", "rules"]) == 1
+    printed = capsys.readouterr().out
+    expected = (EXAMPLE / "expected.txt").read_text()
+    assert printed == expected
+    page = (Path(__file__).parent.parent / "docs" / "writing-rules.md").read_text()
+    shown = page.split("```text\n", 1)[1].split("```", 1)[0]
+    assert [line.strip() for line in shown.splitlines() if line.strip()] == expected.splitlines()

@@ -407,23 +407,28 @@ class Override(_Model):
             for rule, cfg in value.items()
         }
 
+    @field_validator("rules")
+    @classmethod
+    def _settings_valid_on_their_own(cls, value: dict[str, dict[str, Any]]) -> Any:
+        """Each partial setting must be valid on its own, so typos (an unknown rule id too)
+        fail at load, not at use, each reported where it is written, whatever else the
+        override lacks. What a rule's settings must agree on together (minSize <= maxSize)
+        depends on the rules the override is laid over: `RuleSet` checks that."""
+        try:
+            RuleSettings.model_validate(value)
+        except ValidationError as exc:
+            errors = [e for e in exc.errors(include_url=False) if not _across_settings(e)]
+            if errors:
+                raise Nested(((), RuleSettings, errors)) from None
+        return value
+
     @model_validator(mode="after")
-    def _selects_and_sets_something(self) -> Override:
+    def _selects_something(self) -> Override:
         if not self.namespaces and self.namespace_selector is None:
             raise Invalid(
                 "an override needs namespaces or a namespaceSelector",
                 "add namespaces: [research-*] or namespaceSelector: {matchLabels: {team: x}}",
             )
-        # Each partial setting must be valid on its own, so typos (an unknown rule id too)
-        # fail at load, not at use, each reported where it is written. What a rule's settings
-        # must agree on together (minSize <= maxSize) depends on the rules the override is laid
-        # over: `RuleSet` checks that.
-        try:
-            RuleSettings.model_validate(self.rules)
-        except ValidationError as exc:
-            errors = [e for e in exc.errors(include_url=False) if not _across_settings(e)]
-            if errors:
-                raise Nested((("rules",), RuleSettings, errors)) from None
         return self
 
     @property
