@@ -469,6 +469,14 @@ def test_the_summary_line_says_object_for_one() -> None:
     assert Summary(objects=2, allowed=2).describe().startswith("2 objects: ")
 
 
+def test_the_table_says_error_for_one(tmp_path: Path) -> None:
+    pod = (GOLDEN.parent / "golden" / "pod-no-memory-limit-no-probes" / "input.yaml").read_text()
+    (tmp_path / "two.yaml").write_text(pod + "---\nkind: Pod\nspec: [1\n")
+    result = run_audit(str(tmp_path / "two.yaml"), "--summary")
+    assert result.returncode == 2  # an input that cannot be read: the audit is incomplete
+    assert "; 0 skipped (not workloads), 1 error\n" in result.stdout
+
+
 def test_no_progress_when_stderr_is_not_a_terminal(tmp_path: Path) -> None:
     pod = (GOLDEN.parent / "golden" / "pod-no-memory-limit-no-probes" / "input.yaml").read_text()
     (tmp_path / "many.yaml").write_text((pod + "---\n") * 3000)  # well over a second

@@ -183,6 +183,30 @@ def test_every_relative_link_in_the_docs_resolves() -> None:
             assert target in pages or (DOCS / target).is_file(), f"{page.name}: {link}"
 
 
+# Commands a reader copies from the docs, and the repository paths they name.
+_COMMAND = re.compile(
+    r"^\s*(?:\$ )?(?:\S+=\S+ )?(?:kubectl|\.venv/bin/gpu-admission|gpu-admission|make|kind|curl)\b"
+)
+_REPO_PATH = re.compile(
+    r"(?<![\w/.-])((?:examples|manifests|dist|rules|tests|schema|bench)/[\w./*-]*[\w*])"
+)
+
+
+def test_every_repository_path_a_documented_command_names_exists() -> None:
+    """A stranger copies the commands of the README and the pages in order: every example,
+    manifest and rule folder they name is in the repository (a glob matches something)."""
+    named = 0
+    for page in [README, *sorted(DOCS.glob("*.md"))]:
+        for block in re.findall(r"```[a-z]*\n(.*?)```", page.read_text(), flags=re.S):
+            for line in block.splitlines():
+                if not _COMMAND.match(line):
+                    continue
+                for path in _REPO_PATH.findall(line.split(" #", 1)[0]):
+                    named += 1
+                    assert list(ROOT.glob(path)), f"{page.name}: {path} ({line.strip()})"
+    assert named > 20  # the install, try-it and rules pages name plenty
+
+
 # --- product language ------------------------------------------------------------------------
 
 WORK_LOG = re.compile(

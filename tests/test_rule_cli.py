@@ -58,6 +58,36 @@ def test_the_shipped_rule_tests_pass() -> None:
     assert result.stdout.count("PASS") >= 10
 
 
+def test_a_team_rule_file_beside_the_shipped_one_keeps_the_shipped_cases_green(
+    tmp_path: Path,
+) -> None:
+    """The shipped cases describe the built-in defaults (`ruleSet: built-in`); cases of a file
+    without that line run against the folder, the team's changes included."""
+    folder = tmp_path / "rules"
+    (folder / "tests").mkdir(parents=True)
+    (folder / "gpu-admission.yaml").write_text((ROOT / "rules" / "gpu-admission.yaml").read_text())
+    shipped = (ROOT / "rules" / "tests" / "defaults.yaml").read_text()
+    (folder / "tests" / "defaults.yaml").write_text(shipped)
+    # Hygiene findings the shipped cases expect as warnings, switched off by the team.
+    (folder / "team.yaml").write_text("rules:\n  gpu-readiness-probe: {mode: 'off'}\n")
+    result = run("test", str(folder))
+    assert result.returncode == 0, result.stdout
+    assert f"{folder}/tests/defaults.yaml: against the built-in defaults" in result.stdout
+    (folder / "team.yaml").write_text(
+        "rules:\n  gpu-readiness-probe: {mode: 'off'}\n"
+        "overrides:\n  - {name: lab, namespaces: [lab], rules: {gpu-shm: {mutate: false}}}\n"
+    )
+    assert "(global mode enforce, 1 override)" in run("check", str(folder)).stdout
+    # The same cases, said to assume the folder's rules, see the team's change.
+    (folder / "tests" / "defaults.yaml").write_text(shipped.replace("ruleSet: built-in\n", ""))
+    result = run("test", str(folder))
+    assert result.returncode == 1
+    assert "FAIL hygiene findings warn and do not deny" in result.stdout
+    assert "warned: expected ['gpu-init-container', 'gpu-memory-limit', 'gpu-readiness-probe']" in (
+        result.stdout
+    )
+
+
 def test_check_says_a_pod_label_exemption_never_covers_gpu_access(tmp_path: Path) -> None:
     (tmp_path / "r.yaml").write_text(
         "exemptions:\n  podSelector: {matchLabels: {app: dcgm-exporter}}\n"
@@ -73,7 +103,9 @@ def test_a_broken_folder_fails_check_with_file_line_and_field(tmp_path: Path) ->
     (tmp_path / "r.yaml").write_text("rules:\n  gpu-shm:\n    maxSise: 4Gi\n")
     result = run("check", str(tmp_path))
     assert result.returncode == 1
-    assert f"{tmp_path}/r.yaml:3: rules.gpu-shm.maxSise" in result.stdout
+    assert result.stdout.startswith(
+        f"{tmp_path}/r.yaml:3:5: rules.gpu-shm.maxSise: unknown key. Fix: did you mean maxSize?"
+    )
 
 
 def test_equally_specific_overrides_setting_one_value_twice_fail_check(tmp_path: Path) -> None:
@@ -145,7 +177,7 @@ def test_explain_shows_where_each_setting_comes_from(tmp_path: Path) -> None:
     assert 'minSize: "1Gi"    # built-in default' in research.stdout
 
     other = run("explain", str(tmp_path), "--namespace", "web")
-    assert f'maxSize: "32Gi"    # {tmp_path}/base.yaml:3' in other.stdout
+    assert f'maxSize: "32Gi"    # {tmp_path}/base.yaml:3:5\n' in other.stdout
 
     exempt = run("explain", str(tmp_path), "--namespace", "kube-system")
     assert "exempt: nothing in this namespace is changed or judged (a built-in exemption" in (
@@ -165,13 +197,15 @@ def test_exemption_lists_add_up_across_files_and_explain_says_which_line(
         for ns in ("monitoring", "ml-infra", "gpu-operator", "gpu-admission", "web")
     }
     assert (
-        f"(exemptions.namespaces: monitoring at {tmp_path}/a-team.yaml:2)"
+        f"(exemptions.namespaces: monitoring at {tmp_path}/a-team.yaml:2:16)"
         in (explained["monitoring"])
     )
-    assert f"(exemptions.namespaces: ml-infra at {tmp_path}/b-team.yaml:3)" in explained["ml-infra"]
+    assert (
+        f"(exemptions.namespaces: ml-infra at {tmp_path}/b-team.yaml:3:7)" in explained["ml-infra"]
+    )
     assert "exempt: nothing" in explained["gpu-operator"]  # the built-in ones stay
     assert (
-        f"not exempt (exemptions.remove.namespaces at {tmp_path}/b-team.yaml:5 takes its "
+        f"not exempt (exemptions.remove.namespaces at {tmp_path}/b-team.yaml:5:18 takes its "
         "built-in exemption away)" in explained["gpu-admission"]
     )
     assert "not exempt" in explained["web"] and "global mode" in explained["web"]

@@ -79,13 +79,21 @@ async def test_a_slow_rule_load_does_not_block_healthz_and_the_swap_is_on_the_lo
     assert installed_on == [threading.get_ident()]  # the swap: on the event loop's thread
 
 
-async def test_a_refused_reload_in_the_thread_keeps_the_old_set(rules_dir: Path) -> None:
+async def test_a_refused_reload_in_the_thread_keeps_the_old_set(
+    rules_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     holder = RuleHolder(source=rules_dir)
     assert holder.refresh()
     first = holder.current
     (rules_dir / "rules.yaml").write_text("rules:\n  visible-devices:\n    mode: enforse\n")
-    assert await asyncio.to_thread(holder.prepare) is None
+    with caplog.at_level("ERROR", logger="gpu-admission"):
+        assert await asyncio.to_thread(holder.prepare) is None
     assert holder.current is first
+    # The log says what `rules check` says: where, what, and how to fix it.
+    assert (
+        f"{rules_dir}/rules.yaml:3:11: rules.visible-devices.mode: 'enforse' is not one of: "
+        "enforce, warn, audit, off. Fix: write enforce (one of: enforce, warn, audit, off)"
+    ) in caplog.text
     assert await asyncio.to_thread(holder.prepare) is None  # reported once, not on every poll
 
 

@@ -85,7 +85,8 @@ def _certs_inject(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         print(f"gpu-admission: --file {target}: {exc}", file=sys.stderr)
         return 2
-    print(f"wrote the CA bundle of {ca} into {count} webhooks in {target}")
+    webhooks = "webhook" if count == 1 else "webhooks"
+    print(f"wrote the CA bundle of {ca} into {count} {webhooks} in {target}")
     return 0
 
 

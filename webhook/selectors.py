@@ -11,6 +11,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from webhook.modelerrors import Invalid
+
 __all__ = ["LabelSelector", "NamePatterns", "SelectorRequirement", "is_pattern", "matches_any"]
 
 
@@ -19,16 +21,23 @@ class _Model(BaseModel):
 
 
 class SelectorRequirement(_Model):
-    key: str = Field(min_length=1)
-    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
-    values: list[str] = Field(default_factory=list)
+    key: str = Field(min_length=1, examples=["team"])
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"] = Field(examples=["In"])
+    values: list[str] = Field(default_factory=list, examples=[["ml", "research"]])
 
     @model_validator(mode="after")
     def _values_fit_operator(self) -> SelectorRequirement:
         if self.operator in ("In", "NotIn") and not self.values:
-            raise ValueError(f"operator {self.operator} needs at least one value")
+            raise Invalid(
+                f"operator {self.operator} needs at least one value",
+                "add values: [a, b] (the label values to match), or use operator Exists",
+            )
         if self.operator in ("Exists", "DoesNotExist") and self.values:
-            raise ValueError(f"operator {self.operator} takes no values")
+            raise Invalid(
+                f"operator {self.operator} takes no values",
+                "remove values, or use operator In",
+                ("values",),
+            )
         return self
 
     def matches(self, labels: Mapping[str, str]) -> bool:

@@ -56,7 +56,14 @@ def could_pass(text: str, limit: int) -> bool:
 
 
 def deeper_than(text: str, limit: int) -> int | None:
-    """The line (1-based) where nesting first passes `limit` collections, or None.
+    """The line (1-based) where nesting first passes `limit` collections, or None
+    (`deeper_than_at` for the line and column)."""
+    where = deeper_than_at(text, limit)
+    return where[0] if where is not None else None
+
+
+def deeper_than_at(text: str, limit: int) -> tuple[int, int] | None:
+    """(line, column), 1-based, where nesting first passes `limit` collections, or None.
 
     None too for a text that is not valid YAML before that point: the reader then reports
     the syntax error with its own line. Parsing events never recurses, so any depth is safe to
@@ -74,14 +81,14 @@ def deeper_than(text: str, limit: int) -> int | None:
     return None
 
 
-def _first_past(events: Iterable[yaml.Event], limit: int) -> int | None:
+def _first_past(events: Iterable[yaml.Event], limit: int) -> tuple[int, int] | None:
     depth = 0
     for event in events:
         if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             depth += 1
             if depth > limit:
                 mark = event.start_mark
-                return mark.line + 1 if mark is not None else 1
+                return (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
         elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
             depth -= 1
     return None

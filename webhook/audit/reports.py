@@ -128,7 +128,8 @@ def _table(
         _table_counts(tallies, out)
     s = tallies.total
     print(
-        f"\n{s.describe()}; {s.skipped} skipped (not workloads), {s.errors} errors",
+        f"\n{s.describe()}; {s.skipped} skipped (not workloads), "
+        f"{s.errors} {'error' if s.errors == 1 else 'errors'}",
         file=out,
     )
     if unchecked:

@@ -3,6 +3,10 @@
 A case file holds `cases:`; each case gives an object (or a whole AdmissionReview), optional
 namespace facts, and what must come out: allowed or not, which rules deny, warn or audit, and
 optionally the whole object after mutation. The engine evaluates exactly what the webhook would.
+
+The cases run against the rule folder under test, unless the file says `ruleSet: built-in`:
+then they describe the built-in defaults (the shipped `rules/tests/defaults.yaml` does), and a
+team's own rule file beside the shipped one cannot turn them red.
 """
 
 from __future__ import annotations
@@ -80,7 +84,18 @@ class Case(_Model):
 
 
 class CaseFile(_Model):
+    # The rules the cases assume: the folder under test, or the built-in defaults.
+    rule_set: Literal["folder", "built-in"] = "folder"
     cases: list[Case]
+
+
+@dataclass(frozen=True)
+class Found:
+    """A case, the file it came from, and the rules it assumes."""
+
+    source: str
+    case: Case
+    rule_set: Literal["folder", "built-in"]
 
 
 @dataclass
@@ -94,15 +109,16 @@ class CaseResult:
         return not self.failures
 
 
-def load_cases(paths: list[Path]) -> tuple[list[tuple[str, Case]], list[str]]:
+def load_cases(paths: list[Path]) -> tuple[list[Found], list[str]]:
     """Every case of every file; problems are reported, not raised, so one bad file can't hide
     the results of the others."""
-    cases: list[tuple[str, Case]] = []
+    cases: list[Found] = []
     problems: list[str] = []
     for path in paths:
         try:
             data = read_document(path)
-            cases.extend((str(path), c) for c in CaseFile.model_validate(data).cases)
+            loaded = CaseFile.model_validate(data)
+            cases.extend(Found(str(path), c, loaded.rule_set) for c in loaded.cases)
         except YamlFileError as exc:
             problems.append(str(exc))
         except ValidationError as exc:

@@ -132,8 +132,10 @@ def check(folder: Path | None, out: TextIO, quotas_in: QuotasIn | None = None) -
     for line in disagreements(plans, quotas_in) if quotas_in is not None else ():
         print(f"warning: {line}", file=out)
     where = folder if folder is not None else "no rules folder: the built-in defaults"
+    count = len(rs.overrides)
     print(
-        f"ok: {where} is a valid rule set (global mode {rs.mode}, {len(rs.overrides)} overrides)",
+        f"ok: {where} is a valid rule set (global mode {rs.mode}, {count} "
+        f"{'override' if count == 1 else 'overrides'})",
         file=out,
     )
     return 0
@@ -161,9 +163,16 @@ def test(folder: Path | None, cases: list[Path], out: TextIO) -> int:
     for problem in problems:
         print(f"ERROR {problem}", file=out)
     passed = 0
-    rules = compile_rules(loaded.rules)
-    for source, case in found:
-        result = run_case(source, case, rules)
+    rules = {"folder": compile_rules(loaded.rules)}
+    said: set[str] = set()
+    for item in found:
+        source, case = item.source, item.case
+        if item.rule_set == "built-in" and source not in said:
+            said.add(source)
+            print(f"{source}: against the built-in defaults (ruleSet: built-in)", file=out)
+        if item.rule_set not in rules:
+            rules[item.rule_set] = compile_rules(RuleSet())
+        result = run_case(source, case, rules[item.rule_set])
         if result.passed:
             passed += 1
             print(f"PASS {case.name}", file=out)
@@ -230,7 +239,8 @@ def explain(folder: Path | None, namespace: str, labels: dict[str, str] | None, 
             if (rule_id, key) in resolved.origin:
                 source = f"override {resolved.origin[(rule_id, key)]!r}"
             else:
-                source = loaded.lines.get(("rules", rule_id, key), "built-in default")
+                where = loaded.lines.get(("rules", rule_id, key))
+                source = str(where) if where is not None else "built-in default"
             print(f"  {key}: {json.dumps(value)}    # {source}", file=out)
     for conflict in resolved.conflicts:
         print(f"conflict: {conflict}", file=out)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
+from webhook.modelerrors import Invalid
 from webhook.ruleset.base import StrictModel
 from webhook.ruleset.defaults import DEFAULT_EXEMPT_NAMESPACES
 from webhook.selectors import LabelSelector
@@ -24,11 +25,14 @@ class ExemptionRemovals(StrictModel):
     @field_validator("namespaces")
     @classmethod
     def _built_in(cls, value: list[str]) -> list[str]:
-        unknown = [n for n in value if n not in DEFAULT_EXEMPT_NAMESPACES]
+        unknown = [i for i, n in enumerate(value) if n not in DEFAULT_EXEMPT_NAMESPACES]
         if unknown:
-            raise ValueError(
-                f"{', '.join(unknown)}: not a built-in exempt namespace; the built-in ones are "
-                f"{', '.join(DEFAULT_EXEMPT_NAMESPACES)}"
+            raise Invalid(
+                f"{', '.join(value[i] for i in unknown)}: not a built-in exempt namespace; the "
+                f"built-in ones are {', '.join(DEFAULT_EXEMPT_NAMESPACES)}",
+                "list only built-in ones here; to stop exempting a namespace you added, delete "
+                "it from exemptions.namespaces",
+                (unknown[0],),
             )
         return value
 
@@ -75,7 +79,11 @@ class Exemptions(StrictModel):
     @field_validator("service_accounts")
     @classmethod
     def _namespaced(cls, value: list[str]) -> list[str]:
-        for entry in value:
+        for i, entry in enumerate(value):
             if entry.count("/") != 1 or "" in entry.split("/"):
-                raise ValueError(f"{entry!r} must be namespace/name")
+                raise Invalid(
+                    f"{entry!r} must be namespace/name",
+                    "write the service account's namespace and name, e.g. gpu-operator/dcgm",
+                    (i,),
+                )
         return value

@@ -1,8 +1,8 @@
 """Load a rule folder into one validated `RuleSet`, or say exactly where and why it can't be.
 
-Files are merged: each top-level key and each rule id may be set in one file only, and
-`overrides` lists are concatenated in file order. Every error names the file, the line and
-the field path, and for unknown fields lists what was expected.
+Files are laid over each other key by key (`load_rules_with_sources`). Every problem is one
+line, `file:line:col: field.path: what is wrong. Fix: how to fix it`, pointing at the key (an
+unknown or a missing key) or at the value (a wrong one), in the order an editor walks them.
 
 Reading costs at most linear work in the file's size, whatever it holds: files over
 `MAX_FILE_BYTES` are refused before they are read whole, YAML anchors/aliases (the "billion
@@ -13,20 +13,26 @@ stops at `MAX_DEPTH`.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 from pydantic import ValidationError
 
-from webhook.modelerrors import describe
+from webhook.modelerrors import Problem, problems
 from webhook.ruleset.models import RuleSet
-from webhook.yamlinput import deeper_than, syntax_error, unreadable
+from webhook.yamlinput import deeper_than_at, syntax_error, unreadable
 
-__all__ = ["LoadedRules", "RuleFileError", "load_rules", "load_rules_with_sources", "rule_files"]
+__all__ = [
+    "LoadedRules",
+    "RuleFileError",
+    "Where",
+    "load_rules",
+    "load_rules_with_sources",
+    "rule_files",
+]
 
 Path_ = tuple[str | int, ...]
 
@@ -36,8 +42,14 @@ MAX_FILE_BYTES = 16 * 2**20
 # Rule files nest about 8 levels; the limit keeps every later recursive walk shallow.
 MAX_DEPTH = 64
 _NO_ANCHORS = (
-    "is not allowed in rule files: anchors and aliases can expand a small file into gigabytes "
-    "(write the settings out, or put shared settings in `rules` and differences in `overrides`)"
+    "is not allowed in rule files: anchors and aliases can expand a small file into gigabytes. "
+    "Fix: write the settings out, or put shared settings in `rules` and differences in "
+    "`overrides`"
+)
+_NO_TAGS = "is not allowed in rule files. Fix: remove the tag and write the plain value"
+_TOO_DEEP = (
+    f"nested deeper than {MAX_DEPTH} levels. Fix: rule files nest about 8 levels; look for an "
+    "unclosed [ or { or a runaway indent before this point"
 )
 _STR, _SEQ, _MAP = (f"tag:yaml.org,2002:{t}" for t in ("str", "seq", "map"))
 _NODE_EVENTS = frozenset({yaml.ScalarEvent, yaml.SequenceStartEvent, yaml.MappingStartEvent})
@@ -53,12 +65,27 @@ class RuleFileError(ValueError):
         self.problems = problems
 
 
+class Where(NamedTuple):
+    """Where a setting is written: its file, the 1-based line and column of its key (of the
+    item, for a list item), and those of its value. A value that is a block mapping or list
+    starts on a later line: its place is its key's. `str()` gives `file:line:col` of the key."""
+
+    file: str
+    line: int
+    column: int
+    value_line: int
+    value_column: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.column}"
+
+
 @dataclass
 class LoadedRules:
     """A rule set and where each of its settings was written."""
 
     rules: RuleSet
-    lines: dict[Path_, str] = field(default_factory=dict)  # field path -> "file:line"
+    lines: dict[Path_, Where] = field(default_factory=dict)  # field path -> where it is
 
 
 def rule_files(folder: Path) -> list[Path]:
@@ -75,11 +102,13 @@ def rule_files(folder: Path) -> list[Path]:
 
 
 class _Refused(Exception):
-    """A construct rule files may not use, at a 1-based line."""
+    """A construct rule files may not use, at a 1-based line and column; the message ends with
+    its fix."""
 
-    def __init__(self, line: int, message: str) -> None:
+    def __init__(self, line: int, column: int, message: str) -> None:
         super().__init__(message)
         self.line = line
+        self.column = column
 
 
 def _read(path: Path) -> str:
@@ -87,7 +116,12 @@ def _read(path: Path) -> str:
     with path.open("rb") as f:
         data = f.read(MAX_FILE_BYTES + 1)
     if len(data) > MAX_FILE_BYTES:
-        raise _Refused(1, f"larger than {MAX_FILE_BYTES // 2**20} MiB; split it or trim it")
+        raise _Refused(
+            1,
+            1,
+            f"larger than {MAX_FILE_BYTES // 2**20} MiB. Fix: split it into several files in "
+            "the folder, or trim it",
+        )
     return data.decode("utf-8-sig")
 
 
@@ -98,28 +132,29 @@ class _Frame:
     value: dict[Any, Any] | list[Any]
     path: Path_
     key: Any = None
-    key_text: str = ""  # as written: the line table's paths use it
     key_line: int = 0
+    key_column: int = 0
     has_key: bool = False
 
 
-def _documents(text: str, where: str) -> Iterator[tuple[Any, int, dict[Path_, str]]]:
-    """(data, first line, field path -> "file:line") for each YAML document of a file.
+def _documents(text: str, where: str) -> Iterator[tuple[Any, tuple[int, int], dict[Path_, Where]]]:
+    """(data, (line, column) where it starts, field path -> `Where`) for each YAML document of
+    a file.
 
     One pass over the parser's events builds the data and the line table together: half the
     work of composing and then constructing, no recursion (so no nesting can overflow a stack),
     and anchors, aliases and merge keys are refused where they appear, before any expansion.
     Scalars get the same tags and values as `yaml.safe_load`.
     """
-    deep = deeper_than(text, MAX_DEPTH)  # before libyaml, whose own cap differs by release
+    deep = deeper_than_at(text, MAX_DEPTH)  # before libyaml, whose own cap differs by release
     if deep is not None:
-        raise _Refused(deep, f"nested deeper than {MAX_DEPTH} levels")
+        raise _Refused(*deep, _TOO_DEEP)
     loader = _Loader(text)
     try:
         stack: list[_Frame] = []
-        lines: dict[Path_, str] = {}
+        lines: dict[Path_, Where] = {}
         root: Any = None
-        root_line = 1
+        root_at = (1, 1)
         while True:
             event = loader.get_event()
             kind = type(event)
@@ -130,45 +165,55 @@ def _documents(text: str, where: str) -> Iterator[tuple[Any, int, dict[Path_, st
                 if kind is yaml.DocumentStartEvent:
                     stack, lines, root = [], {}, None
                 elif kind is yaml.DocumentEndEvent:
-                    yield root, root_line, lines
+                    yield root, root_at, lines
                 elif kind is yaml.StreamEndEvent:
                     return
                 elif kind is yaml.AliasEvent:
-                    line = event.start_mark.line + 1
-                    raise _Refused(line, f"YAML alias *{event.anchor} {_NO_ANCHORS}")
+                    mark = event.start_mark
+                    raise _Refused(
+                        mark.line + 1, mark.column + 1, f"YAML alias *{event.anchor} {_NO_ANCHORS}"
+                    )
                 continue
-            line = event.start_mark.line + 1
+            mark = event.start_mark
+            line, column = mark.line + 1, mark.column + 1
             if event.anchor is not None:
-                raise _Refused(line, f"YAML anchor &{event.anchor} {_NO_ANCHORS}")
+                raise _Refused(line, column, f"YAML anchor &{event.anchor} {_NO_ANCHORS}")
             value: Any
             path: Path_
             if kind is yaml.ScalarEvent:
-                value = _scalar(loader, event, line)
+                value = _scalar(loader, event, line, column)
             else:
                 value = [] if kind is yaml.SequenceStartEvent else {}
                 if event.tag not in (None, "!", _SEQ if kind is yaml.SequenceStartEvent else _MAP):
-                    raise _Refused(line, f"the YAML tag {event.tag} is not allowed in rule files")
+                    raise _Refused(line, column, f"the YAML tag {event.tag} {_NO_TAGS}")
                 if len(stack) >= MAX_DEPTH:
-                    raise _Refused(line, f"nested deeper than {MAX_DEPTH} levels")
+                    raise _Refused(line, column, _TOO_DEEP)
             if not stack:
-                root, root_line, path = value, line, ()
-                lines.setdefault(path, f"{where}:{line}")
+                root, root_at, path = value, (line, column), ()
+                lines.setdefault(path, Where(where, line, column, line, column))
             else:
                 top = stack[-1]
                 if isinstance(top.value, list):
                     path = (*top.path, len(top.value))
                     top.value.append(value)
-                    lines.setdefault(path, f"{where}:{line}")
+                    lines.setdefault(path, Where(where, line, column, line, column))
                 elif not top.has_key:
                     if kind is not yaml.ScalarEvent:
-                        raise _Refused(line, "a mapping key must be a plain value")
-                    top.key, top.key_text, top.key_line = value, event.value, line
+                        raise _Refused(
+                            line,
+                            column,
+                            "a mapping key must be a plain value. Fix: write the key as plain text",
+                        )
+                    top.key, top.key_line, top.key_column = value, line, column
                     top.has_key = True
                     continue
                 else:
-                    path = (*top.path, top.key_text)
+                    # A key's path is its value as read (what validation's locations hold).
+                    path = (*top.path, top.key)
                     top.value[top.key] = value
-                    lines[path] = f"{where}:{top.key_line}"
+                    if kind is not yaml.ScalarEvent and not event.flow_style:
+                        line, column = top.key_line, top.key_column  # a block: at its key
+                    lines[path] = Where(where, top.key_line, top.key_column, line, column)
                     top.has_key = False
             if kind is not yaml.ScalarEvent:
                 stack.append(_Frame(value, path))
@@ -176,18 +221,24 @@ def _documents(text: str, where: str) -> Iterator[tuple[Any, int, dict[Path_, st
         loader.dispose()
 
 
-def _scalar(loader: Any, event: yaml.ScalarEvent, line: int) -> Any:
+def _scalar(loader: Any, event: yaml.ScalarEvent, line: int, column: int) -> Any:
     """A scalar's value, tagged the way PyYAML's composer tags it."""
-    tag = event.tag
-    if tag is None or tag == "!":
+    explicit = event.tag not in (None, "!")
+    tag = str(event.tag)
+    if not explicit:
         tag = loader.resolve(yaml.ScalarNode, event.value, event.implicit)
     if tag == _STR:
         return event.value  # what SafeConstructor returns for it, minus building a node
     if tag == "tag:yaml.org,2002:merge":
-        raise _Refused(line, "YAML merge keys (<<) are not allowed in rule files")
+        raise _Refused(
+            line,
+            column,
+            "YAML merge keys (<<) are not allowed in rule files. Fix: write the keys out in "
+            "this mapping",
+        )
     construct = _Loader.yaml_constructors.get(tag)
     if construct is None:
-        raise _Refused(line, f"the YAML tag {tag} is not allowed in rule files")
+        raise _Refused(line, column, f"the YAML tag {tag} {_NO_TAGS}")
     start: Any = event.start_mark  # libyaml's Mark type: the same fields as PyYAML's
     end: Any = event.end_mark
     node = yaml.ScalarNode(tag, event.value, start, end, event.style)
@@ -195,7 +246,14 @@ def _scalar(loader: Any, event: yaml.ScalarEvent, line: int) -> Any:
         return construct(loader, node)
     except Exception:  # `!!int x` or a date like 2024-13-45: ValueError, not YAMLError
         short = tag.replace("tag:yaml.org,2002:", "!!")
-        raise _Refused(line, f"{event.value[:40]!r} is not a valid {short}") from None
+        fix = (
+            "remove the tag, or write a value of that type"
+            if explicit
+            else f"quote it to keep it as text: {event.value[:40]!r}"
+        )
+        raise _Refused(
+            line, column, f"{event.value[:40]!r} is not a valid {short}. Fix: {fix}"
+        ) from None
 
 
 # Lists whose items are keyed: a later file's item of the same key replaces the earlier one,
@@ -230,8 +288,8 @@ _KEYED_LISTS: dict[Path_, Callable[[Any], Any]] = {
 def _layer(
     merged: dict[str, Any],
     doc: dict[str, Any],
-    lines: dict[Path_, str],
-    file_lines: dict[Path_, str],
+    lines: dict[Path_, Where],
+    file_lines: dict[Path_, Where],
 ) -> None:
     """Lay one file over what the earlier files built, key by key; `lines` follows, so each
     setting is traced to the file that set it last."""
@@ -250,7 +308,8 @@ def _layer(
             here = (*at, key)
             old = base.get(key)
             if isinstance(value, dict) and isinstance(old, dict):
-                lines[here] = file_lines.get(here, lines.get(here, ""))
+                if here in file_lines:
+                    lines[here] = file_lines[here]
                 lay(old, value, here)
             elif here in _KEYED_LISTS and isinstance(value, list) and isinstance(old, list):
                 key_of = _KEYED_LISTS[here]
@@ -275,17 +334,6 @@ def _layer(
     lay(merged, doc, ())
 
 
-_WHERE = re.compile(r"^(.*?):(\d+)(?::(\d+))?: ")
-
-
-def _by_file_and_line(problem: str) -> tuple[str, int, int]:
-    """Problems in file order, then line and column order, as an editor walks them."""
-    m = _WHERE.match(problem)
-    if m is None:
-        return (problem, 0, 0)
-    return (m[1], int(m[2]), int(m[3] or 0))
-
-
 def _syntax_problem(path: Path, exc: yaml.YAMLError) -> str:
     """`file:line:col: what is wrong. Fix: ...` for YAML the parser could not read."""
     line, _ = syntax_error(exc)
@@ -301,11 +349,29 @@ def _syntax_problem(path: Path, exc: yaml.YAMLError) -> str:
     )
 
 
-def _line_for(loc: Path_, lines: dict[Path_, str], fallback: str) -> str:
-    for end in range(len(loc), 0, -1):
-        if loc[:end] in lines:
-            return lines[loc[:end]]
-    return fallback
+def _place(problem: Problem, lines: dict[Path_, Where]) -> tuple[str, int, int] | None:
+    """(file, line, column) a problem points at: the value at its path, or the key where the
+    key is what is wrong; the nearest entry above it that a file wrote, for a key missing
+    there (or a path no file wrote)."""
+    loc = problem.loc
+    where = lines.get(loc)
+    if where is not None:
+        if problem.on_key:
+            return where.file, where.line, where.column
+        return where.file, where.value_line, where.value_column
+    for end in range(len(loc) - 1, 0, -1):
+        where = lines.get(loc[:end])
+        if where is not None:
+            return where.file, where.line, where.column
+    return None
+
+
+def _report(found: list[Problem], lines: dict[Path_, Where], folder: Path) -> list[str]:
+    """`file:line:col: problem` for each, in file, line and column order, as an editor walks
+    them; one no file wrote (none should be) names the folder, after the rest."""
+    placed = [(_place(p, lines), p) for p in found]
+    placed.sort(key=lambda item: (item[0] is None, item[0] or ("", 0, 0)))
+    return [f"{'{}:{}:{}'.format(*at) if at else folder}: {p}" for at, p in placed]
 
 
 RULES_ENV = "GPU_ADMISSION_RULES"
@@ -349,45 +415,51 @@ def load_rules_with_sources(folder: Path | str | None) -> LoadedRules:
         return LoadedRules(RuleSet(), {})  # the built-in defaults
     folder = Path(folder)
     if not folder.is_dir():
-        raise RuleFileError([f"{folder}: not a folder of rule files"])
+        raise RuleFileError(
+            [
+                f"{folder}: not a folder of rule files. Fix: give the folder that holds them "
+                "(rules/ in a checkout, the ConfigMap's mount in a pod)"
+            ]
+        )
     merged: dict[str, Any] = {}
-    lines: dict[Path_, str] = {}
-    problems: list[str] = []
+    lines: dict[Path_, Where] = {}
+    unread: list[str] = []  # one per file, in file order
     for path in rule_files(folder):
         try:
             docs = list(_documents(_read(path), str(path)))
         except _Refused as exc:
-            problems.append(f"{path}:{exc.line}: {exc}")
+            unread.append(f"{path}:{exc.line}:{exc.column}: {exc}")
             continue
         except yaml.YAMLError as exc:
-            problems.append(_syntax_problem(path, exc))
+            unread.append(_syntax_problem(path, exc))
             continue
         except (OSError, UnicodeDecodeError) as exc:
-            problems.append(f"{path}: {unreadable(exc)}")
+            unread.append(f"{path}: {unreadable(exc)}. Fix: {_readable(exc)}")
             continue
-        for doc, doc_line, file_lines in docs:
+        for doc, (line, column), file_lines in docs:
             if doc is None:
                 continue
             if not isinstance(doc, dict):
-                problems.append(
-                    f"{path}:{doc_line}: expected a mapping at the top, found {type(doc).__name__}"
+                unread.append(
+                    f"{path}:{line}:{column}: expected a mapping at the top, found "
+                    f"{'a list' if isinstance(doc, list) else 'a single value'}. Fix: start "
+                    "the file with top-level keys such as rules:, exemptions: or overrides:"
                 )
                 continue
             _layer(merged, doc, lines, file_lines)
-    if problems:
-        raise RuleFileError(problems)
+    if unread:
+        raise RuleFileError(unread)
     try:
         return LoadedRules(RuleSet.model_validate(merged), lines)
     except ValidationError as exc:
-        raise RuleFileError(
-            sorted(
-                (
-                    f"{_line_for(tuple(e['loc']), lines, str(folder))}: {describe(e, RuleSet)}"
-                    for e in exc.errors(include_url=False)
-                ),
-                key=_by_file_and_line,
-            )
-        ) from None
+        found = problems(exc.errors(include_url=False), RuleSet)
+        raise RuleFileError(_report(found, lines, folder)) from None
+
+
+def _readable(exc: OSError | UnicodeDecodeError) -> str:
+    if isinstance(exc, UnicodeDecodeError):
+        return "save the file as UTF-8 text"
+    return "make it readable by the user the server runs as, or move it out of the folder"
 
 
 def load_rules(folder: Path | str | None) -> RuleSet:

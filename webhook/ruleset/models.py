@@ -7,7 +7,6 @@ and swapped whole, never edited in place.
 
 from __future__ import annotations
 
-from collections import Counter
 from fractions import Fraction
 from typing import Annotated, Any, Literal
 
@@ -21,7 +20,7 @@ from pydantic import (
     model_validator,
 )
 
-from webhook.modelerrors import describe
+from webhook.modelerrors import Invalid, Nested
 from webhook.quantity import Amount, QuantityError, parse_quantity
 from webhook.ruleset.base import StrictModel
 from webhook.ruleset.defaults import (
@@ -49,9 +48,10 @@ def _yaml_mode(value: Any) -> Any:
     if value is False:
         return "off"
     if value is True:
-        raise ValueError(
+        raise Invalid(
             "YAML read this value as true (on, yes and true all are); a mode is one of "
-            "enforce, warn, audit, off: write it in quotes if in doubt"
+            "enforce, warn, audit, off",
+            'write the mode in quotes, e.g. mode: "enforce"',
         )
     return value
 
@@ -67,7 +67,7 @@ def _quantity(value: str) -> str:
     try:
         parse_quantity(value)
     except QuantityError as exc:
-        raise ValueError(str(exc)) from None
+        raise Invalid(str(exc), "write a Kubernetes quantity, e.g. 16Gi or 512Mi") from None
     return value
 
 
@@ -95,13 +95,16 @@ class TolerationSpec(_Model):
     resources: list[str] = Field(default_factory=list)
     device_classes: list[str] = Field(default_factory=list)
     drivers: list[str] = Field(default_factory=list)
-    key: str = Field(min_length=1)
+    key: str = Field(min_length=1, examples=["nvidia.com/gpu"])
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
 
     @model_validator(mode="after")
     def _asked_by_something(self) -> TolerationSpec:
         if not (self.resources or self.device_classes or self.drivers):
-            raise ValueError("a toleration needs resources, deviceClasses or drivers")
+            raise Invalid(
+                "a toleration needs resources, deviceClasses or drivers",
+                "add what it is for, e.g. resources: [nvidia.com/*] (or deviceClasses, drivers)",
+            )
         return self
 
 
@@ -157,7 +160,11 @@ class ShmRule(_Model):
     @model_validator(mode="after")
     def _min_below_max(self) -> ShmRule:
         if parse_quantity(self.min_size) > parse_quantity(self.max_size):
-            raise ValueError(f"minSize {self.min_size} is larger than maxSize {self.max_size}")
+            raise Invalid(
+                f"minSize {self.min_size} is larger than maxSize {self.max_size}",
+                "lower minSize or raise maxSize",
+                ("minSize",),
+            )
         return self
 
 
@@ -198,21 +205,26 @@ class HostDevicesRule(_Model):
 class QuotaBudget(_Model):
     """GPUs a set of namespaces may hold at once, per resource and optionally per product."""
 
-    name: str = Field(min_length=1)
-    namespaces: list[str] = Field(default_factory=list)
+    name: str = Field(min_length=1, examples=["ml-team"])
+    namespaces: list[str] = Field(default_factory=list, examples=[["ml-team"]])
     namespace_selector: LabelSelector | None = None
     # resource name -> GPUs the namespace may hold in non-terminated pods. At least 1: a
     # budget of 0 or less would deny every GPU pod with a quota message (keep GPUs out of a
     # namespace with a ResourceQuota of 0, or by leaving it without a budget and
     # requireQuota: true).
-    limits: dict[str, PositiveInt] = Field(default_factory=dict)
+    limits: dict[str, PositiveInt] = Field(default_factory=dict, examples=[{"nvidia.com/gpu": 16}])
     # GPU product (nvidia.com/gpu.product value) -> resource -> GPUs
-    products: dict[str, dict[str, PositiveInt]] = Field(default_factory=dict)
+    products: dict[str, dict[str, PositiveInt]] = Field(
+        default_factory=dict, examples=[{"NVIDIA-H100-80GB-HBM3": {"nvidia.com/gpu": 8}}]
+    )
 
     @model_validator(mode="after")
     def _selects_something(self) -> QuotaBudget:
         if not self.namespaces and self.namespace_selector is None:
-            raise ValueError("a budget needs namespaces or a namespaceSelector")
+            raise Invalid(
+                "a budget needs namespaces or a namespaceSelector",
+                "add namespaces: [ml-team] or namespaceSelector: {matchLabels: {team: ml}}",
+            )
         return self
 
 
@@ -245,16 +257,20 @@ class ProvisionableShape(_Model):
     """A GPU node the cluster can create on demand (GKE node auto-provisioning, a managed node
     group scaled to zero...): the labels it would carry and its allocatable GPU resources."""
 
-    name: str = Field(min_length=1)
+    name: str = Field(min_length=1, examples=["h100-pool"])
     labels: dict[str, str] = Field(default_factory=dict)
-    gpus: dict[str, int] = Field(min_length=1)
+    gpus: dict[str, int] = Field(min_length=1, examples=[{"nvidia.com/gpu": 8}])
 
     @field_validator("gpus")
     @classmethod
     def _positive(cls, value: dict[str, int]) -> dict[str, int]:
         bad = sorted(k for k, v in value.items() if v <= 0)
         if bad:
-            raise ValueError(f"GPU counts must be positive: {', '.join(bad)}")
+            raise Invalid(
+                f"GPU counts must be positive: {', '.join(bad)}",
+                f"give {bad[0]} the GPUs such a node has, e.g. 8, or remove the entry",
+                (bad[0],),
+            )
         return value
 
 
@@ -347,6 +363,20 @@ class GpuDeviceClasses(_Model):
 RULE_IDS: tuple[str, ...] = tuple(
     str(f.alias) for f in RuleSettings.model_fields.values() if f.alias is not None
 )
+# Rules whose settings are checked together (ShmRule: minSize <= maxSize): rule id -> the
+# RuleSettings field and the rule's model.
+_CHECKED_TOGETHER: dict[str, tuple[str, type[_Model]]] = {
+    str(f.alias): (name, f.annotation)
+    for name, f in RuleSettings.model_fields.items()
+    if isinstance(f.annotation, type)
+    and issubclass(f.annotation, _Model)
+    and f.annotation.__pydantic_decorators__.model_validators
+}
+
+
+def _across_settings(err: Any) -> bool:
+    """A rule model's own check of its settings together: the error sits at the rule."""
+    return len(err.get("loc", ())) == 1 and err.get("type") == "value_error"
 
 
 class Override(_Model):
@@ -358,10 +388,10 @@ class Override(_Model):
     the same namespace are a conflict (`rules check` reports the ones it can see).
     """
 
-    name: str = Field(min_length=1)
-    namespaces: list[str] = Field(default_factory=list)
+    name: str = Field(min_length=1, examples=["research"])
+    namespaces: list[str] = Field(default_factory=list, examples=[["research-*"]])
     namespace_selector: LabelSelector | None = None
-    rules: dict[str, dict[str, Any]]
+    rules: dict[str, dict[str, Any]] = Field(examples=[{"gpu-shm": {"maxSize": "32Gi"}}])
 
     @field_validator("rules", mode="before")
     @classmethod
@@ -377,21 +407,28 @@ class Override(_Model):
             for rule, cfg in value.items()
         }
 
-    @model_validator(mode="after")
-    def _selects_and_sets_something(self) -> Override:
-        if not self.namespaces and self.namespace_selector is None:
-            raise ValueError("an override needs namespaces or a namespaceSelector")
-        unknown = sorted(set(self.rules) - set(RULE_IDS))
-        if unknown:
-            raise ValueError(f"unknown rule ids {unknown}; known: {', '.join(RULE_IDS)}")
-        # Each partial setting must be valid on its own, so typos fail at load, not at use.
+    @field_validator("rules")
+    @classmethod
+    def _settings_valid_on_their_own(cls, value: dict[str, dict[str, Any]]) -> Any:
+        """Each partial setting must be valid on its own, so typos (an unknown rule id too)
+        fail at load, not at use, each reported where it is written, whatever else the
+        override lacks. What a rule's settings must agree on together (minSize <= maxSize)
+        depends on the rules the override is laid over: `RuleSet` checks that."""
         try:
-            RuleSettings.model_validate(self.rules)
+            RuleSettings.model_validate(value)
         except ValidationError as exc:
-            problems = "; ".join(
-                "rules." + describe(e, RuleSettings) for e in exc.errors(include_url=False)
+            errors = [e for e in exc.errors(include_url=False) if not _across_settings(e)]
+            if errors:
+                raise Nested(((), RuleSettings, errors)) from None
+        return value
+
+    @model_validator(mode="after")
+    def _selects_something(self) -> Override:
+        if not self.namespaces and self.namespace_selector is None:
+            raise Invalid(
+                "an override needs namespaces or a namespaceSelector",
+                "add namespaces: [research-*] or namespaceSelector: {matchLabels: {team: x}}",
             )
-            raise ValueError(problems) from None
         return self
 
     @property
@@ -453,21 +490,57 @@ class RuleSet(_Model):
     @field_validator("workloads")
     @classmethod
     def _unique_workloads(cls, workloads: list[WorkloadKind]) -> list[WorkloadKind]:
-        counts = Counter(w.key for w in workloads)
-        dupes = sorted(f"{g or 'core'}/{k}" for (g, k), n in counts.items() if n > 1)
-        if dupes:
-            raise ValueError(f"each kind may be declared once: {', '.join(dupes)}")
-        if any(w.key == ("", "Pod") for w in workloads):
-            raise ValueError("Pod is built in and cannot be redeclared")
+        seen: set[tuple[str, str]] = set()
+        for i, w in enumerate(workloads):
+            if w.key in seen:
+                raise Invalid(
+                    f"each kind may be declared once: {w.group or 'core'}/{w.kind}",
+                    "keep one entry per group and kind (a later file's entry replaces an "
+                    "earlier file's)",
+                    (i,),
+                )
+            seen.add(w.key)
+            if w.key == ("", "Pod"):
+                raise Invalid(
+                    "Pod is built in and cannot be redeclared",
+                    "remove this entry: pods are always judged",
+                    (i,),
+                )
         return workloads
+
+    @model_validator(mode="after")
+    def _overrides_fit_the_rules(self) -> RuleSet:
+        """An override laid over these rules leaves settings that agree with each other (a
+        minSize it sets is not above the maxSize of the rules, and so on): checked here, at
+        load, rather than failing the first review in a namespace it selects."""
+        found: list[tuple[tuple[str | int, ...], type[_Model], list[Any]]] = []
+        for i, override in enumerate(self.overrides):
+            for rule_id, settings in override.rules.items():
+                if rule_id not in _CHECKED_TOGETHER:
+                    continue
+                name, model = _CHECKED_TOGETHER[rule_id]
+                base = getattr(self.rules, name).model_dump(by_alias=True)
+                try:
+                    model.model_validate({**base, **settings})
+                except ValidationError as exc:
+                    where = ("overrides", i, "rules", rule_id)
+                    found.append((where, model, exc.errors(include_url=False)))
+        if found:
+            raise Nested(*found)
+        return self
 
     @field_validator("overrides")
     @classmethod
     def _unique_override_names(cls, overrides: list[Override]) -> list[Override]:
-        counts = Counter(o.name for o in overrides)  # linear: rule sets may hold thousands
-        dupes = sorted(n for n, k in counts.items() if k > 1)
-        if dupes:
-            raise ValueError(f"override names must be unique: {', '.join(dupes)}")
+        seen: set[str] = set()  # linear: rule sets may hold thousands
+        for i, o in enumerate(overrides):
+            if o.name in seen:
+                raise Invalid(
+                    f"override names must be unique: {o.name}",
+                    "rename one of them, or merge the two into one override",
+                    (i, "name"),
+                )
+            seen.add(o.name)
         return overrides
 
     def gpu_names(self) -> NamePatterns:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from webhook.quantity import parse_quantity
 from webhook.ruleset.models import Override, RuleSet, RuleSettings
 from webhook.selectors import LabelSelector, NamePatterns, is_pattern
 
@@ -138,10 +139,37 @@ def merge(ruleset: RuleSet, shape: tuple[int, ...], namespace: str = "") -> Reso
     conflicts: list[str] = []
     for override in (ruleset.overrides[i] for i in shape):
         _layer(override, merged, origin, rank_of, conflicts, namespace)
+    _cap_shm(merged, origin, conflicts, namespace)
     rules = ruleset.model_copy(
         update={"rules": RuleSettings.model_validate(merged), "overrides": []}
     )
     return Resolved(rules, origin, tuple(conflicts))
+
+
+def _cap_shm(
+    merged: dict[str, dict[str, object]],
+    origin: dict[tuple[str, str], str],
+    conflicts: list[str],
+    namespace: str,
+) -> None:
+    """Each override is checked against the base rules at load, but two that both apply here
+    may still cross: one raises minSize above the maxSize the other sets. The cap holds
+    (minSize comes down to maxSize), and it is a conflict `rules explain` shows, never a
+    review that fails."""
+    shm = merged["gpu-shm"]
+    low, high = str(shm["minSize"]), str(shm["maxSize"])
+    if parse_quantity(low) <= parse_quantity(high):
+        return
+
+    def said(key: str) -> str:
+        name = origin.get(("gpu-shm", key))
+        return f"override {name!r}" if name else "the base rules"
+
+    conflicts.append(
+        f"gpu-shm.minSize {low} ({said('minSize')}) is above gpu-shm.maxSize {high} "
+        f"({said('maxSize')}) for namespace {namespace}; maxSize holds"
+    )
+    shm["minSize"] = high
 
 
 def _layer(

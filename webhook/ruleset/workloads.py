@@ -17,6 +17,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from webhook.modelerrors import Invalid
 from webhook.ruleset.base import StrictModel
 
 __all__ = [
@@ -36,15 +37,16 @@ _FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _RESOURCE = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 _GROUP = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$"
 _VERSION = r"^v[1-9][0-9]*((alpha|beta)[1-9][0-9]*)?$"
+_PATH_FIX = "write a dotted path of field names, e.g. spec.template or spec.workers[*].template"
 
 
 def parse_path(path: str) -> tuple[str, ...]:
     """'spec.tasks[*].template' -> ('spec', 'tasks', '[*]', 'template').
 
-    Raises ValueError naming the bad segment, so a rule file's typo fails at load.
+    Raises `Invalid` (a ValueError) naming the bad segment, so a rule file's typo fails at load.
     """
     if not path:
-        raise ValueError("a path may not be empty")
+        raise Invalid("a path may not be empty", _PATH_FIX)
     out: list[str] = []
     for part in path.split("."):
         if part == MAP_VALUES:
@@ -52,24 +54,29 @@ def parse_path(path: str) -> tuple[str, ...]:
             continue
         name = part.removesuffix(LIST_ITEMS)
         if not _FIELD.fullmatch(name):
-            raise ValueError(
+            raise Invalid(
                 f"{path!r}: {part!r} is not a field name, name[*] (each list item) or * "
-                "(each map value)"
+                "(each map value)",
+                _PATH_FIX,
             )
         out.append(name)
         if part.endswith(LIST_ITEMS):
             out.append(LIST_ITEMS)
     if sum(s in (LIST_ITEMS, MAP_VALUES) for s in out) > 1:
-        raise ValueError(
+        raise Invalid(
             f"{path!r}: at most one [*] or * per path (the webhooks' CEL routing cannot "
-            "flatten nested lists); declare one path per outer item instead"
+            "flatten nested lists)",
+            "declare one path per outer item instead, e.g. spec.groups[*].template",
         )
     return tuple(out)
 
 
 def _check_paths(paths: list[str]) -> list[str]:
-    for p in paths:
-        parse_path(p)
+    for i, p in enumerate(paths):
+        try:
+            parse_path(p)
+        except Invalid as exc:
+            raise exc.below(i) from None
     return paths
 
 
@@ -77,11 +84,15 @@ class ContainerPath(StrictModel):
     """A single container-like object outside any pod spec (Kubeflow Trainer's
     `spec.trainer`): its GPU asks are judged, nothing is added to it."""
 
-    path: str
+    path: str = Field(examples=["spec.trainer"])
     # The key holding its ResourceRequirements (TrainJob: resourcesPerNode).
     resources: str = Field(default="resources", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
 
-    _paths = field_validator("path")(lambda v: _check_paths([v])[0])
+    @field_validator("path")
+    @classmethod
+    def _one_path(cls, value: str) -> str:
+        parse_path(value)
+        return value
 
 
 def _wildcard_prefix(path: tuple[str, ...]) -> tuple[str, ...] | None:
@@ -102,10 +113,12 @@ class ReplicaFactor(StrictModel):
     template's own wildcard: `spec.tasks[*].replicas` is read from the same task.
     """
 
-    path: str | list[str]
+    path: str | list[str] = Field(examples=["spec.replicas"])
     default: int = Field(default=1, ge=0)
     minus: int = Field(default=0, ge=0)
-    minus_if: str | None = None
+    minus_if: str | None = Field(
+        default=None, examples=["spec.leaderWorkerTemplate.leaderTemplate"]
+    )
 
     @property
     def paths(self) -> list[str]:
@@ -114,11 +127,19 @@ class ReplicaFactor(StrictModel):
     @model_validator(mode="after")
     def _parse(self) -> ReplicaFactor:
         if not self.paths:
-            raise ValueError("give at least one path")
-        for p in self.paths:
-            parse_path(p)
+            raise Invalid(
+                "give at least one path", "write path: spec.replicas (or a list of them)", ("path",)
+            )
+        for i, p in enumerate(self.paths):
+            try:
+                parse_path(p)
+            except Invalid as exc:
+                raise exc.below("path", *(() if isinstance(self.path, str) else (i,))) from None
         if self.minus_if is not None:
-            parse_path(self.minus_if)
+            try:
+                parse_path(self.minus_if)
+            except Invalid as exc:
+                raise exc.below("minusIf") from None
         return self
 
 
@@ -127,19 +148,24 @@ class PodTemplatePath(StrictModel):
     (Kubeflow `*ReplicaSpecs.<role>.replicas`; a JobSet's `replicas` x the Job's
     `parallelism`). Without `replicas`, the kind's own `replicas` path, else 1."""
 
-    path: str
-    replicas: list[str | ReplicaFactor] = Field(default_factory=list)
+    path: str = Field(examples=["spec.template"])
+    replicas: list[str | ReplicaFactor] = Field(default_factory=list, examples=[["spec.replicas"]])
 
     @model_validator(mode="after")
     def _same_wildcard(self) -> PodTemplatePath:
-        own = _wildcard_prefix(parse_path(self.path))
-        for factor in self.factors():
+        try:
+            own = _wildcard_prefix(parse_path(self.path))
+        except Invalid as exc:
+            raise exc.below("path") from None
+        for i, factor in enumerate(self.factors()):
             for p in [*factor.paths, *([factor.minus_if] if factor.minus_if else [])]:
                 theirs = _wildcard_prefix(parse_path(p))
                 if theirs is not None and theirs != own:
-                    raise ValueError(
+                    raise Invalid(
                         f"{p!r}: a replica path may use a wildcard only where the template "
-                        f"{self.path!r} has its own, to read the same item"
+                        f"{self.path!r} has its own, to read the same item",
+                        "use the template's own wildcard in the replica path, or none",
+                        ("replicas", i),
                     )
         return self
 
@@ -151,14 +177,19 @@ class WorkloadKind(StrictModel):
     """A kind whose objects carry pod specs: where they are, and how the webhook is told."""
 
     # API group ("" is the core group): a DNS subdomain, as the apiserver requires.
-    group: str = Field(default="", pattern=_GROUP, max_length=253)
-    kind: str = Field(min_length=1, max_length=63, pattern=r"^[A-Z][A-Za-z0-9]*$")
-    resource: str = Field(pattern=_RESOURCE, max_length=63)  # plural, for webhook rules, audit
-    versions: list[Annotated[str, Field(pattern=_VERSION)]] = Field(min_length=1)
+    group: str = Field(default="", pattern=_GROUP, max_length=253, examples=["example.com"])
+    kind: str = Field(
+        min_length=1, max_length=63, pattern=r"^[A-Z][A-Za-z0-9]*$", examples=["ModelServer"]
+    )
+    # plural, for webhook rules, audit
+    resource: str = Field(pattern=_RESOURCE, max_length=63, examples=["modelservers"])
+    versions: list[Annotated[str, Field(pattern=_VERSION)]] = Field(min_length=1, examples=[["v1"]])
     scope: Literal["Namespaced", "Cluster"] = "Namespaced"
     pod_specs: list[str] = Field(default_factory=list)  # paths to a PodSpec
     # Paths to a PodTemplateSpec; an object also says how many pods each one makes.
-    pod_templates: list[str | PodTemplatePath] = Field(default_factory=list)
+    pod_templates: list[str | PodTemplatePath] = Field(
+        default_factory=list, examples=[["spec.template"]]
+    )
     containers: list[ContainerPath] = Field(default_factory=list)
     # Keys inside each pod spec holding one container (KServe's `model`, `pytorch`, ...).
     inline_containers: list[str] = Field(default_factory=list)
@@ -191,14 +222,19 @@ class WorkloadKind(StrictModel):
     @classmethod
     def _replicas_path(cls, value: str | None) -> str | None:
         if value is not None and any(s in (LIST_ITEMS, MAP_VALUES) for s in parse_path(value)):
-            raise ValueError(f"{value!r}: a replica count is one field, no wildcard")
+            raise Invalid(
+                f"{value!r}: a replica count is one field, no wildcard",
+                "give the path of one field, e.g. spec.replicas; a template's own count goes "
+                "in its podTemplates entry ({path, replicas})",
+            )
         return value
 
     @model_validator(mode="after")
     def _has_pods(self) -> WorkloadKind:
         if not (self.pod_specs or self.pod_templates or self.containers):
-            raise ValueError(
-                f"{self.kind}: give podSpecs, podTemplates or containers: where its pods are"
+            raise Invalid(
+                f"{self.kind}: no podSpecs, podTemplates or containers say where its pods are",
+                "say where its pods are, e.g. podTemplates: [spec.template]",
             )
         return self
 
