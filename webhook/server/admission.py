@@ -1,18 +1,34 @@
-"""From an AdmissionRequest to the engine's request: the fields it reads, the object left as
-the bytes the apiserver sent.
+"""The review routes: an AdmissionReview in, the engine's answer out, counted and held.
 
 `/mutate` only mutates (it denies only an object it cannot read); verdicts and warnings come
 from `/validate`, so kubectl never shows a warning twice. Which requests are skipped, the fast
-path, the subject and the decision are all the engine's (`engine.admit`); this module only
-hands it the request.
+path, the subject and the decision are all the engine's (`engine.admit`); this module hands
+it the request, with the objects left as the bytes the apiserver sent, and answers.
+Compiled with the engine (setup.py): every review passes through here.
 """
 
 from __future__ import annotations
 
-from webhook.engine.admit import Request
-from webhook.server.review import AdmissionRequest
+import time
+from dataclasses import dataclass, field
 
-__all__ = ["engine_request"]
+import orjson
+
+from webhook.engine.admit import Decided, Request, admit
+from webhook.engine.pipeline import Stage
+from webhook.facts.live import LiveCache
+from webhook.facts.model import FactsSource
+from webhook.facts.reservations import Reservations
+from webhook.server.limits import ServerState
+from webhook.server.metrics import CONTENT_TYPE, TALLY, record, render
+from webhook.server.reload import RuleHolder
+from webhook.server.responses import respond
+from webhook.server.review import AdmissionRequest, BadReview, decode
+from webhook.server.routes import Answer, Handler, Routes, error
+from webhook.server.routes import Request as HttpRequest
+from webhook.server.stages import OFF, StageTotals
+
+__all__ = ["Admission", "ClusterSource", "engine_request"]
 
 
 def engine_request(review: AdmissionRequest) -> Request:
@@ -29,3 +45,86 @@ def engine_request(review: AdmissionRequest) -> Request:
         review.raw_object,
         review.raw_old_object if review.operation == "UPDATE" else None,
     )
+
+
+@dataclass
+class ClusterSource:
+    """Where cluster facts come from: none, a snapshot file, or the live cache."""
+
+    facts: FactsSource | None = None  # already includes the reservations
+    reservations: Reservations | None = None
+    live: LiveCache | None = None  # set when the facts come from list+watch
+
+    @property
+    def ready(self) -> bool:
+        """Live facts must have synced once; a snapshot or no source is ready at once."""
+        return self.live is None or self.live.synced
+
+
+@dataclass
+class Admission:
+    """What the routes answer with: the rules in force, the cluster facts, the shared state,
+    and the stage timer when `serve --profile-stages` is on."""
+
+    rules: RuleHolder
+    cluster: ClusterSource = field(default_factory=ClusterSource)
+    state: ServerState = field(default_factory=ServerState)
+    profile: StageTotals | None = None
+
+    def review(self, stage: Stage) -> Handler:
+        """One review, read top to bottom: decode, decide, encode once, record once, then
+        hold. A body that is no AdmissionReview is the caller's bug: 400 with the reason."""
+        endpoint = stage.value
+
+        def handle(request: HttpRequest) -> Answer:
+            rules = self.rules.current  # read once: a reload can't change it mid-request
+            if rules is None:
+                return error(503, "no valid rule set loaded yet")
+            started = time.perf_counter()
+            watch = self.profile.start() if self.profile is not None else OFF
+            try:
+                review = decode(request.body).request
+            except BadReview as exc:
+                TALLY.request(endpoint, "", "error")
+                return error(400, str(exc))
+            watch.lap("decode")
+            source = self.cluster
+            outcome = admit(engine_request(review), rules, source.facts, stage=stage, lap=watch.lap)
+            decision = outcome.decision if isinstance(outcome, Decided) else None
+            answer = respond(review.uid, decision)
+            watch.lap("encode")
+            record(endpoint, review, outcome)
+            watch.lap("metrics")
+            # What an admitted pod holds until the watch shows it; never for a dry run.
+            hold = decision.hold if decision is not None else None
+            if hold is not None and source.reservations is not None and not review.dry_run:
+                source.reservations.hold(hold)
+            TALLY.observe(endpoint, time.perf_counter() - started)
+            watch.lap("hold")
+            return Answer(200, answer)
+
+        return handle
+
+    def metrics(self, request: HttpRequest) -> Answer:
+        return Answer(200, render(), CONTENT_TYPE)
+
+    def healthz(self, request: HttpRequest) -> Answer:
+        return Answer(200, b"ok", "text/plain")
+
+    def readyz(self, request: HttpRequest) -> Answer:
+        if self.state.draining:
+            return Answer(503, b"shutting down", "text/plain")
+        if self.rules.current is None:
+            return Answer(503, b"no valid rule set loaded", "text/plain")
+        if not self.cluster.ready:
+            return Answer(503, b"cluster facts not synced yet", "text/plain")
+        return Answer(200, b"ok", "text/plain")
+
+    def stages(self, request: HttpRequest) -> Answer:
+        report = self.profile.report() if self.profile is not None else {}
+        return Answer(200, orjson.dumps(report))
+
+    def add_probes(self, routes: Routes) -> None:
+        routes.add("GET", "/metrics", self.metrics)
+        routes.add("GET", "/healthz", self.healthz)
+        routes.add("GET", "/readyz", self.readyz)

@@ -1,5 +1,5 @@
 """The webhook's routes and their wiring: one review reads top to bottom in
-`Admission.review`, and `serve` puts it all together.
+`Admission.review` (admission.py), and `serve` puts it all together.
 
 Probes and /metrics live on a separate plain-HTTP port, so `--client-ca` can lock the webhook
 port to the apiserver without locking out the kubelet and Prometheus. What each client may
@@ -14,40 +14,30 @@ import contextlib
 import gc
 import logging
 import ssl
-import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
 from prometheus_client import REGISTRY
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from webhook.engine.admit import Decided, admit
 from webhook.engine.build import engine_build
 from webhook.engine.pipeline import Stage
 from webhook.facts.live import LiveCache
-from webhook.facts.model import FactsSource
 from webhook.facts.reservations import Reservations, ReservingFacts
 from webhook.facts.snapshotfile import load_snapshot
-from webhook.server.admission import engine_request
+from webhook.server.admission import Admission, ClusterSource
 from webhook.server.certexpiry import watch_serving_cert
 from webhook.server.limits import Limits, ServerState, map_large_buffers
 from webhook.server.metrics import (
-    CONTENT_TYPE,
-    TALLY,
     decisions,
-    record,
-    render,
     watch_cluster_facts,
 )
 from webhook.server.ports import serve_until_signalled
 from webhook.server.reload import RuleHolder
-from webhook.server.review import BadReview, decode, respond
-from webhook.server.routes import Answer, Handler, Request, Routes, error
-from webhook.server.stages import OFF, StageTotals
+from webhook.server.routes import Routes
+from webhook.server.stages import StageTotals
 from webhook.server.tls import make_ssl_context
 
 __all__ = [
@@ -67,98 +57,18 @@ log = logging.getLogger("gpu-admission")
 PROBE_MAX_BODY = 4096
 
 
-@dataclass
-class ClusterSource:
-    """Where cluster facts come from: none, a snapshot file, or the live cache."""
+def live_cache_context(cluster: ClusterSource) -> Callable[[], AsyncIterator[None]]:
+    """Start the live cache (if any) with the server, stop it with it."""
 
-    facts: FactsSource | None = None  # already includes the reservations
-    reservations: Reservations | None = None
-    live: LiveCache | None = None  # set when the facts come from list+watch
+    async def run() -> AsyncIterator[None]:
+        live = cluster.live
+        if live is not None:
+            live.start()
+        yield
+        if live is not None:
+            await asyncio.get_running_loop().run_in_executor(None, live.stop)
 
-    @property
-    def ready(self) -> bool:
-        """Live facts must have synced once; a snapshot or no source is ready at once."""
-        return self.live is None or self.live.synced
-
-
-@dataclass
-class Admission:
-    """What the routes answer with: the rules in force, the cluster facts, the shared state,
-    and the stage timer when `serve --profile-stages` is on."""
-
-    rules: RuleHolder
-    cluster: ClusterSource = field(default_factory=ClusterSource)
-    state: ServerState = field(default_factory=ServerState)
-    profile: StageTotals | None = None
-
-    def review(self, stage: Stage) -> Handler:
-        """One review, read top to bottom: decode, decide, encode once, record once, then
-        hold. A body that is no AdmissionReview is the caller's bug: 400 with the reason."""
-        endpoint = stage.value
-
-        def handle(request: Request) -> Answer:
-            rules = self.rules.current  # read once: a reload can't change it mid-request
-            if rules is None:
-                return error(503, "no valid rule set loaded yet")
-            started = time.perf_counter()
-            watch = self.profile.start() if self.profile is not None else OFF
-            try:
-                review = decode(request.body).request
-            except BadReview as exc:
-                TALLY.request(endpoint, "", "error")
-                return error(400, str(exc))
-            watch.lap("decode")
-            source = self.cluster
-            outcome = admit(engine_request(review), rules, source.facts, stage=stage, lap=watch.lap)
-            decision = outcome.decision if isinstance(outcome, Decided) else None
-            answer = respond(review.uid, decision)
-            watch.lap("encode")
-            record(endpoint, review, outcome)
-            watch.lap("metrics")
-            # What an admitted pod holds until the watch shows it; never for a dry run.
-            hold = decision.hold if decision is not None else None
-            if hold is not None and source.reservations is not None and not review.dry_run:
-                source.reservations.hold(hold)
-            TALLY.observe(endpoint, time.perf_counter() - started)
-            watch.lap("hold")
-            return Answer(200, answer)
-
-        return handle
-
-    def metrics(self, request: Request) -> Answer:
-        return Answer(200, render(), CONTENT_TYPE)
-
-    def healthz(self, request: Request) -> Answer:
-        return Answer(200, b"ok", "text/plain")
-
-    def readyz(self, request: Request) -> Answer:
-        if self.state.draining:
-            return Answer(503, b"shutting down", "text/plain")
-        if self.rules.current is None:
-            return Answer(503, b"no valid rule set loaded", "text/plain")
-        if not self.cluster.ready:
-            return Answer(503, b"cluster facts not synced yet", "text/plain")
-        return Answer(200, b"ok", "text/plain")
-
-    def stages(self, request: Request) -> Answer:
-        report = self.profile.report() if self.profile is not None else {}
-        return Answer(200, orjson.dumps(report))
-
-    def add_probes(self, routes: Routes) -> None:
-        routes.add("GET", "/metrics", self.metrics)
-        routes.add("GET", "/healthz", self.healthz)
-        routes.add("GET", "/readyz", self.readyz)
-
-    def run_live_cache(self) -> Callable[[], AsyncIterator[None]]:
-        async def run() -> AsyncIterator[None]:
-            live = self.cluster.live
-            if live is not None:
-                live.start()
-            yield
-            if live is not None:
-                await asyncio.get_running_loop().run_in_executor(None, live.stop)
-
-        return run
+    return run
 
 
 def live_source(
@@ -228,7 +138,7 @@ def make_app(
         admission.add_probes(routes)
     if profile is not None:
         routes.add("GET", "/debug/stages", admission.stages)
-    routes.contexts.append(admission.run_live_cache())
+    routes.contexts.append(live_cache_context(admission.cluster))
     return routes
 
 

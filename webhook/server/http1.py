@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import enum
 import logging
-from typing import Protocol, cast
+from typing import Protocol
 
 import httptools
 import orjson
@@ -310,8 +310,8 @@ class Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         self.receiving = False
-        # A bytearray is read by the decoder in place; typed as bytes, which it stands in for.
-        body = self._first if self._buffer is None else cast(bytes, self._buffer)
+        # A bytearray is read by the decoder in place.
+        body = self._first if self._buffer is None else self._buffer
         self._first, self._buffer = b"", None
         path, _, _ = self._url.partition(b"?")
         request = Request(self._parser.get_method().decode("latin-1"), path.decode("latin-1"), body)

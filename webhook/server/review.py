@@ -1,4 +1,4 @@
-"""AdmissionReview v1 on the wire: a strict envelope around a tolerant object.
+"""AdmissionReview v1 requests on the wire: a strict envelope around a tolerant object.
 
 The envelope is checked field by field (a bad one is the caller's bug: HTTP 400); the object
 inside stays raw JSON for the pod views, which judge it field by field themselves.
@@ -6,15 +6,11 @@ inside stays raw JSON for the pod views, which judge it field by field themselve
 
 from __future__ import annotations
 
-import base64
-from typing import Any, Literal
+from typing import Literal
 
 import msgspec
-import orjson
 
-from webhook.engine.decision import Decision
-
-__all__ = ["AdmissionRequest", "AdmissionReview", "BadReview", "decode", "encode", "respond"]
+__all__ = ["API_VERSION", "AdmissionRequest", "AdmissionReview", "BadReview", "decode"]
 
 API_VERSION = "admission.k8s.io/v1"
 
@@ -81,12 +77,12 @@ _GVK: _Spec = {"kind": ("string", True), "group": ("string", False), "version": 
 _JSON_TYPES = {b"{": "object", b"[": "array", b'"': "string", b"t": "boolean", b"f": "boolean"}
 
 
-def _json_type(raw: bytes) -> str:
-    first = raw.lstrip()[:1]
+def _json_type(raw: bytes | bytearray) -> str:
+    first = bytes(raw.lstrip()[:1])
     return "null" if first == b"n" else _JSON_TYPES.get(first, "number")
 
 
-def _members(raw: bytes, where: str) -> dict[str, msgspec.Raw]:
+def _members(raw: bytes | bytearray, where: str) -> dict[str, msgspec.Raw]:
     """The members of a JSON object one level deep (values left raw), or why it is not one."""
     try:
         return msgspec.json.decode(raw, type=dict[str, msgspec.Raw])
@@ -118,7 +114,7 @@ def _check(members: dict[str, msgspec.Raw], spec: _Spec, prefix: str) -> None:
             raise BadReview(f"{where}: expected {_an(expected)}, found {_an(found)}")
 
 
-def _explain(body: bytes) -> str:
+def _explain(body: bytes | bytearray) -> str:
     """Why the typed decode refused `body`, found by walking it field by field."""
     try:
         envelope = _members(body, "body")
@@ -137,7 +133,7 @@ def _explain(body: bytes) -> str:
     return "not an AdmissionReview"
 
 
-def decode(body: bytes) -> AdmissionReview:
+def decode(body: bytes | bytearray) -> AdmissionReview:
     """Parse and check a review; raise `BadReview` with a reason a person can act on."""
     if not body:
         raise BadReview("empty body: expected an AdmissionReview JSON object")
@@ -150,58 +146,3 @@ def decode(body: bytes) -> AdmissionReview:
     if not review.request.uid:
         raise BadReview("not an AdmissionReview: request.uid: must not be empty")
     return review
-
-
-def encode(
-    uid: str,
-    *,
-    allowed: bool,
-    patch: list[dict[str, Any]] | None = None,
-    warnings: list[str] | None = None,
-    code: int = 403,
-    reason: str = "Forbidden",
-    message: str = "",
-    audit_annotations: dict[str, str] | None = None,
-) -> bytes:
-    """The response review; the patch travels base64-encoded as the API requires."""
-    response: dict[str, Any] = {"uid": uid, "allowed": allowed}
-    if patch:
-        response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(orjson.dumps(patch)).decode()
-    if not allowed:
-        response["status"] = {"code": code, "reason": reason, "message": message}
-    if warnings:
-        response["warnings"] = warnings
-    if audit_annotations:
-        response["auditAnnotations"] = audit_annotations
-    return orjson.dumps(
-        {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}
-    )
-
-
-def respond(uid: str, decision: Decision | None) -> bytes:
-    """The response review for a decision (None: allowed untouched, the engine never looked).
-
-    `/mutate` decisions carry a patch and the rules that made it; `/validate` decisions carry
-    verdicts. An unreadable object is the caller's error: 400, naming the field.
-    """
-    if decision is None:
-        return encode(uid, allowed=True)
-    if decision.unreadable is not None:
-        return encode(
-            uid,
-            allowed=False,
-            code=400,
-            reason="BadRequest",
-            message=f"gpu-admission: {decision.unreadable.message()}",
-        )
-    annotations = dict.fromkeys(decision.mutated_by, "mutated")
-    annotations.update(decision.annotations())
-    return encode(
-        uid,
-        allowed=decision.allowed,
-        patch=list(decision.patch),
-        message=decision.message(),
-        warnings=decision.warning_lines(),
-        audit_annotations=annotations or None,
-    )

@@ -23,7 +23,7 @@ log = logging.getLogger("gpu-admission")
 class Request:
     method: str
     path: str
-    body: bytes
+    body: bytes | bytearray  # a bytearray when it came in pieces: read in place, never copied
 
 
 @dataclass(frozen=True, slots=True)
