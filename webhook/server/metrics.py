@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 from webhook.engine.admit import Decided, Fast, Outcome
 from webhook.engine.decision import Decision
 from webhook.engine.subject import Subject
+from webhook.logs import info_line
 from webhook.server.review import AdmissionRequest
 
 __all__ = [
@@ -156,23 +157,22 @@ def _log_decision(request: AdmissionRequest, subject: Subject, decision: Decisio
     judged = decision.judged
     namespace = subject.namespace
     name = request.name or subject.name
-    decisions.info(
-        "%s %s %s/%s: %s",
-        "allowed" if decision.allowed else "denied",
-        request.kind.kind,
-        namespace,
-        name,
-        ", ".join(f"{j.finding.rule}={j.mode}" for j in judged),
+    kind = request.kind.kind
+    allowed = decision.allowed
+    verdicts = ", ".join(f"{j.finding.rule}={j.mode}" for j in judged)
+    info_line(
+        decisions,
+        f"{'allowed' if allowed else 'denied'} {kind} {namespace}/{name}: {verdicts}",
         # Structured fields: the JSON log format emits them as keys.
-        extra={
+        {
             "event": "admission",
             "uid": request.uid,
-            "kind": request.kind.kind,
+            "kind": kind,
             "namespace": namespace,
             "objectName": name,  # "name" is taken by the LogRecord itself
             "operation": request.operation,
             "dryRun": request.dry_run,
-            "allowed": decision.allowed,
+            "allowed": allowed,
             "findings": [
                 {"rule": j.finding.rule, "mode": str(j.mode), "field": j.finding.field}
                 for j in judged

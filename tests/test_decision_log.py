@@ -1,0 +1,121 @@
+"""The decision log line: written straight to the JSON handler `serve` installs, the same line
+the logging module would have written, and through logging whenever anything else listens."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import re
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from webhook import logs
+from webhook.logs import info_line
+
+FIELDS = {
+    "event": "admission",
+    "uid": "7f0c1e9a-1111-4c3b-9d2e-000000000001",
+    "kind": "Pod",
+    "namespace": "ml-team",
+    "objectName": "trainer-0",
+    "operation": "CREATE",
+    "dryRun": False,
+    "allowed": False,
+    "findings": [{"rule": "privileged-gpu", "mode": "enforce", "field": "spec.containers[0]"}],
+}
+MESSAGE = "denied Pod ml-team/trainer-0: privileged-gpu=enforce"
+TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+
+
+@pytest.fixture
+def stderr(monkeypatch: pytest.MonkeyPatch) -> Iterator[io.StringIO]:
+    """`logs.setup` as `serve --log-format json` calls it, writing to a buffer; the logging
+    configuration the test run had is put back afterwards."""
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level, logs._direct
+    buffer = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", buffer)
+    logs.setup("info", "json")
+    yield buffer
+    root.handlers[:], level, logs._direct = saved
+    root.setLevel(level)
+
+
+def _ours_alone() -> logging.Logger:
+    """The decisions logger, with `setup`'s handler the only one at the root again (pytest
+    adds its capture handler to the root for each test), as in a running server."""
+    assert logs._direct is not None
+    logging.getLogger().handlers[:] = [logs._direct[0]]
+    decisions = logging.getLogger("gpu-admission.decisions")
+    assert logs._alone(decisions, logs._direct[0])
+    return decisions
+
+
+def _lines(buffer: io.StringIO) -> list[dict[str, object]]:
+    return [json.loads(line) for line in buffer.getvalue().splitlines()]
+
+
+def test_the_direct_line_is_the_line_logging_writes(
+    stderr: io.StringIO, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    decisions = _ours_alone()
+    made: list[object] = []
+    with monkeypatch.context() as patched:
+        patched.setattr(logging.Logger, "makeRecord", lambda *a, **k: made.append(a))
+        info_line(decisions, MESSAGE, FIELDS)
+    assert made == []  # no LogRecord: the direct path wrote it
+    decisions.info("%s", MESSAGE, extra=FIELDS)  # the formatter's line, through a LogRecord
+    direct, through_logging = _lines(stderr)
+    assert list(direct) == list(through_logging)  # the same keys, in the same order
+    assert TS.match(str(direct.pop("ts"))) and TS.match(str(through_logging.pop("ts")))
+    assert direct == through_logging
+    assert direct == {"level": "info", "logger": "gpu-admission.decisions", "msg": MESSAGE} | FIELDS
+
+
+def test_anything_else_listening_gets_a_record(stderr: io.StringIO) -> None:
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    decisions = _ours_alone()
+    keep = Keep()
+    decisions.addHandler(keep)
+    try:
+        info_line(decisions, MESSAGE, FIELDS)
+    finally:
+        decisions.removeHandler(keep)
+    assert [r.getMessage() for r in records] == [MESSAGE]
+    assert records[0].__dict__["findings"] == FIELDS["findings"]
+    assert _lines(stderr)[0]["uid"] == FIELDS["uid"]  # and the JSON line is still written
+
+
+def test_nothing_is_written_below_the_level(stderr: io.StringIO) -> None:
+    decisions = _ours_alone()
+    logging.getLogger().setLevel(logging.WARNING)
+    info_line(decisions, MESSAGE, FIELDS)
+    assert stderr.getvalue() == ""
+
+
+def test_text_format_goes_through_logging(monkeypatch: pytest.MonkeyPatch) -> None:
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level, logs._direct
+    buffer = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", buffer)
+    try:
+        logs.setup("info", "text")
+        info_line(logging.getLogger("gpu-admission.decisions"), MESSAGE, FIELDS)
+    finally:
+        root.handlers[:], level, logs._direct = saved
+        root.setLevel(level)
+    assert buffer.getvalue().rstrip().endswith(f"INFO {MESSAGE}")
+
+
+def test_a_broken_stream_does_not_fail_the_review(stderr: io.StringIO) -> None:
+    decisions = _ours_alone()
+    stderr.close()  # writes now raise; logging reports its own error instead
+    info_line(decisions, MESSAGE, FIELDS)
