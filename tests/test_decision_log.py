@@ -3,6 +3,7 @@ the logging module would have written, and through logging whenever anything els
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -48,9 +49,11 @@ def _ours_alone() -> logging.Logger:
     """The decisions logger, with `setup`'s handler the only one at the root again (pytest
     adds its capture handler to the root for each test), as in a running server."""
     assert logs._direct is not None
-    logging.getLogger().handlers[:] = [logs._direct[0]]
+    logging.getLogger().handlers[:] = [logs._direct]
+    logging.getLogger("gpu-admission")  # the server's own logger: the decisions logger's parent
     decisions = logging.getLogger("gpu-admission.decisions")
-    assert logs._alone(decisions, logs._direct[0])
+    assert decisions.parent is logging.getLogger("gpu-admission")
+    assert logs._alone(decisions, logs._direct)
     return decisions
 
 
@@ -119,3 +122,43 @@ def test_a_broken_stream_does_not_fail_the_review(stderr: io.StringIO) -> None:
     decisions = _ours_alone()
     stderr.close()  # writes now raise; logging reports its own error instead
     info_line(decisions, MESSAGE, FIELDS)
+
+
+class CountingStream(io.StringIO):
+    """stderr that counts its writes: each one is a system call in a running server."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        return super().write(text)
+
+
+async def test_lines_of_one_loop_turn_go_out_in_one_write_and_in_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level, logs._direct
+    stream = CountingStream()
+    monkeypatch.setattr(sys, "stderr", stream)
+    try:
+        logs.setup("info", "json")
+        decisions = _ours_alone()
+        for i in range(3):
+            info_line(decisions, f"denied Pod ml-team/p-{i}", {**FIELDS, "objectName": f"p-{i}"})
+        assert stream.writes == 0  # queued until the loop's turn ends
+        await asyncio.sleep(0)
+        assert stream.writes == 1
+        info_line(decisions, "denied Pod ml-team/p-3", {**FIELDS, "objectName": "p-3"})
+        logging.getLogger("gpu-admission").warning("reload refused")  # logged after it
+        info_line(decisions, "denied Pod ml-team/p-4", {**FIELDS, "objectName": "p-4"})
+        await asyncio.sleep(0)
+        assert logs._direct is not None
+        logs._direct.flush()  # what logging.shutdown does at exit
+    finally:
+        root.handlers[:], level, logs._direct = saved
+        root.setLevel(level)
+    names = [line.get("objectName", line["msg"]) for line in _lines(stream)]
+    assert names == ["p-0", "p-1", "p-2", "p-3", "reload refused", "p-4"]

@@ -10,6 +10,7 @@ one listening.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import sys
@@ -18,7 +19,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["JsonFormatter", "info_line", "setup"]
+__all__ = ["JsonFormatter", "JsonLines", "info_line", "setup"]
 
 _STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
 
@@ -54,6 +55,60 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(line, default=str).decode()
 
 
+class JsonLines(logging.StreamHandler):
+    """stderr, one JSON object per line. Lines `info_line` hands it directly are queued and
+    written together once per turn of the event loop (one write instead of one per review
+    in a denial storm), always ahead of any line logged after them, so the order holds."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+        self.setFormatter(JsonFormatter())
+        self._queued: list[str] = []
+        self._scheduled = False
+
+    def queue(self, text: str) -> None:
+        """Queue one formatted line; the caller holds the lock."""
+        self._queued.append(text)
+        if len(self._queued) >= _MAX_QUEUED:
+            self._write_queued()
+        elif not self._scheduled:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # no event loop (the CLI): written at once
+                self._write_queued()
+                return
+            self._scheduled = True
+            loop.call_soon(self._drain)
+
+    def _drain(self) -> None:
+        with self.lock or contextlib.nullcontext():
+            self._scheduled = False
+            self._write_queued()
+
+    def _write_queued(self) -> None:
+        """Write what is queued; a closed or broken stderr drops it (nowhere left to say so)."""
+        if not self._queued:
+            return
+        text = "".join(self._queued)
+        self._queued.clear()
+        with contextlib.suppress(Exception):
+            self.stream.write(text)
+            super().flush()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._write_queued()  # the lock is held (Handler.handle)
+        super().emit(record)
+
+    def flush(self) -> None:
+        with self.lock or contextlib.nullcontext():
+            self._write_queued()
+            super().flush()
+
+
+# At most this many lines wait for the loop's turn to end; then they are written at once.
+_MAX_QUEUED = 256
+
+
 def setup(level: str, fmt: str) -> None:
     # Nothing we print reads where a call came from, or which thread or process made it
     # (the logging HOWTO's "Optimization"): a record is cheaper without them.
@@ -61,32 +116,34 @@ def setup(level: str, fmt: str) -> None:
     logging.logThreads = False
     logging.logProcesses = False
     logging.logMultiprocessing = False
-    handler = logging.StreamHandler(sys.stderr)
+    global _direct
+    handler: logging.Handler
     if fmt == "json":
-        handler.setFormatter(JsonFormatter())
+        handler = _direct = JsonLines()
     else:
+        handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        _direct = None
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    global _direct
-    formatter = handler.formatter
-    _direct = (handler, formatter) if isinstance(formatter, JsonFormatter) else None
 
 
-# The JSON handler `setup` installed, and its formatter: what `info_line` writes through.
-_direct: tuple[logging.StreamHandler[Any], JsonFormatter] | None = None
+# The JSON handler `setup` installed: what `info_line` writes through.
+_direct: JsonLines | None = None
 
 
 def _alone(logger: logging.Logger, handler: logging.Handler) -> bool:
     """Whether a record of `logger` would reach `handler` and nothing else, unfiltered: the
     configuration `setup` made, not one a test or an embedding program changed since."""
     root = logging.root
+    node: logging.Logger | None = logger
+    while node is not None and node is not root:  # "gpu-admission.decisions", "gpu-admission"
+        if node.handlers or node.filters or not node.propagate:
+            return False
+        node = node.parent
     return (
-        not logger.handlers
-        and not logger.filters
-        and logger.propagate
-        and logger.parent is root
+        node is root
         and root.handlers == [handler]
         and not root.filters
         and not handler.filters
@@ -98,17 +155,18 @@ def info_line(logger: logging.Logger, message: str, fields: dict[str, Any]) -> N
     """One INFO line of `logger` carrying `fields` as structured keys (the JSON format's
     `extra`), when INFO is enabled for it.
 
-    Under `setup`'s JSON handler alone the line is written as the formatter would write it,
-    with no LogRecord: the standard library's record, handler chain and formatter cost a
-    denied review more than the rest of its answer. Any other configuration goes through
-    `logging` as usual."""
+    Under `setup`'s JSON handler alone the line is made as its formatter would make it, with
+    no LogRecord, and queued (`JsonLines`): the standard library's record, handler chain and
+    formatter, and a write per line, cost a denied review more than the rest of its answer.
+    Any other configuration goes through `logging` as usual."""
     if not logger.isEnabledFor(logging.INFO):
         return
-    direct = _direct
-    if direct is None or not _alone(logger, direct[0]):
+    handler = _direct
+    if handler is None or not _alone(logger, handler):
         logger.info("%s", message, extra=fields)
         return
-    handler, formatter = direct
+    formatter = handler.formatter
+    assert isinstance(formatter, JsonFormatter)
     now = time.time()
     line: dict[str, Any] = {
         "ts": formatter.timestamp(now, int((now - int(now)) * 1000)),
@@ -120,9 +178,5 @@ def info_line(logger: logging.Logger, message: str, fields: dict[str, Any]) -> N
         if not key.startswith("_"):
             line[key] = value
     text = orjson.dumps(line, default=str).decode() + handler.terminator
-    try:
-        with handler.lock or contextlib.nullcontext():
-            handler.stream.write(text)
-            handler.flush()
-    except Exception:  # a closed or broken stream: logging's own error handling says so
-        logger.info("%s", message, extra=fields)
+    with handler.lock or contextlib.nullcontext():
+        handler.queue(text)
