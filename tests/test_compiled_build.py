@@ -23,7 +23,8 @@ from webhook.engine.build import engine_build
 ROOT = Path(__file__).resolve().parents[1]
 EXPECT_COMPILED = os.environ.get("GPU_ADMISSION_EXPECT_COMPILED") == "1"
 ENGINE_MODULES = ("webhook.engine.", "webhook.facts.", "webhook.quantity", "webhook.podrequest")
-# The server's side of a review: parsing, the review route, the response, the metrics.
+# The server's side of a review: parsing, the review route, the response, the metrics, the
+# decision log line.
 SERVER_MODULES = (
     "webhook.server.http1",
     "webhook.server.routes",
@@ -32,6 +33,7 @@ SERVER_MODULES = (
     "webhook.server.metrics",
     "webhook.server.responses",
     "webhook.server.admission",
+    "webhook.loglines",
 )
 
 

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from webhook import logs
-from webhook.logs import info_line
+from webhook import loglines, logs
+from webhook.loglines import info_line
 
 FIELDS = {
     "event": "admission",
@@ -53,7 +53,7 @@ def _ours_alone() -> logging.Logger:
     logging.getLogger("gpu-admission")  # the server's own logger: the decisions logger's parent
     decisions = logging.getLogger("gpu-admission.decisions")
     assert decisions.parent is logging.getLogger("gpu-admission")
-    assert logs._alone(decisions, logs._direct)
+    assert loglines._alone(decisions, logs._direct)
     return decisions
 
 

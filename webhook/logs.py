@@ -4,8 +4,8 @@ Decision lines carry their fields (uid, kind, namespace, findings) as structured
 log pipeline can filter shadow-mode findings without parsing message text. A denial storm (a
 misconfigured controller retrying) writes one line per review, so a line costs little: no
 caller lookup, no thread or process names, the timestamp's seconds formatted once a second,
-and (`info_line`) no LogRecord at all while the JSON handler `setup` installed is the only
-one listening.
+and (`loglines.info_line`) no LogRecord at all while the JSON handler `setup` installed is
+the only one listening.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["JsonFormatter", "JsonLines", "info_line", "setup"]
+__all__ = ["JsonFormatter", "JsonLines", "json_lines", "setup"]
 
 _STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
 
@@ -56,7 +56,7 @@ class JsonFormatter(logging.Formatter):
 
 
 class JsonLines(logging.StreamHandler):
-    """stderr, one JSON object per line. Lines `info_line` hands it directly are queued and
+    """stderr, one JSON object per line. Lines `loglines.info_line` hands it directly are queued and
     written together once per turn of the event loop (one write instead of one per review
     in a denial storm), always ahead of any line logged after them, so the order holds."""
 
@@ -129,54 +129,10 @@ def setup(level: str, fmt: str) -> None:
     root.setLevel(level.upper())
 
 
-# The JSON handler `setup` installed: what `info_line` writes through.
+# The JSON handler `setup` installed: what `loglines.info_line` writes through.
 _direct: JsonLines | None = None
 
 
-def _alone(logger: logging.Logger, handler: logging.Handler) -> bool:
-    """Whether a record of `logger` would reach `handler` and nothing else, unfiltered: the
-    configuration `setup` made, not one a test or an embedding program changed since."""
-    root = logging.root
-    node: logging.Logger | None = logger
-    while node is not None and node is not root:  # "gpu-admission.decisions", "gpu-admission"
-        if node.handlers or node.filters or not node.propagate:
-            return False
-        node = node.parent
-    return (
-        node is root
-        and root.handlers == [handler]
-        and not root.filters
-        and not handler.filters
-        and logging.getLogRecordFactory() is logging.LogRecord
-    )
-
-
-def info_line(logger: logging.Logger, message: str, fields: dict[str, Any]) -> None:
-    """One INFO line of `logger` carrying `fields` as structured keys (the JSON format's
-    `extra`), when INFO is enabled for it.
-
-    Under `setup`'s JSON handler alone the line is made as its formatter would make it, with
-    no LogRecord, and queued (`JsonLines`): the standard library's record, handler chain and
-    formatter, and a write per line, cost a denied review more than the rest of its answer.
-    Any other configuration goes through `logging` as usual."""
-    if not logger.isEnabledFor(logging.INFO):
-        return
-    handler = _direct
-    if handler is None or not _alone(logger, handler):
-        logger.info("%s", message, extra=fields)
-        return
-    formatter = handler.formatter
-    assert isinstance(formatter, JsonFormatter)
-    now = time.time()
-    line: dict[str, Any] = {
-        "ts": formatter.timestamp(now, int((now - int(now)) * 1000)),
-        "level": "info",
-        "logger": logger.name,
-        "msg": message,
-    }
-    for key, value in fields.items():
-        if not key.startswith("_"):
-            line[key] = value
-    text = orjson.dumps(line, default=str).decode() + handler.terminator
-    with handler.lock or contextlib.nullcontext():
-        handler.queue(text)
+def json_lines() -> JsonLines | None:
+    """The JSON handler `setup` installed (None: the text format, or not set up)."""
+    return _direct

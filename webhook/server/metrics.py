@@ -22,7 +22,7 @@ from prometheus_client.registry import Collector
 from webhook.engine.admit import Decided, Fast, Outcome
 from webhook.engine.decision import Decision
 from webhook.engine.subject import Subject
-from webhook.logs import info_line
+from webhook.loglines import info_line
 from webhook.server.review import AdmissionRequest
 
 __all__ = [
