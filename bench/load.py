@@ -328,26 +328,40 @@ def run_bench(args: argparse.Namespace) -> int:
             floor_body = orjson.dumps(review(gpu_pod(), user=RS_CONTROLLER, groups=SA_GROUPS))
             for concurrency in args.concurrency:
                 print(f"Concurrency {concurrency}:")
-                fr = bench.run(
-                    floor, floor_port, "floor", "mutate", floor_body, concurrency, check_uid=False
-                )
-                print(report_line(fr))
+                # --rounds: the floor and every run take turns, so a machine that speeds up or
+                # slows down meanwhile weighs on both alike; the median round of each is kept.
+                floors: list[Result] = []
+                turns: dict[tuple[str, str], list[Result]] = {}
+                for turn in range(args.rounds):
+                    if args.rounds > 1:
+                        print(f" round {turn + 1} of {args.rounds}")
+                    fr = bench.run(
+                        floor, floor_port, "floor", "mutate", floor_body, concurrency,
+                        check_uid=False,
+                    )  # fmt: skip
+                    print(report_line(fr))
+                    floors.append(fr)
+                    for name, endpoint, template, server, port, err in runs:
+                        r = bench.run(
+                            server, port, name, endpoint, template, concurrency, check_uid=True
+                        )
+                        r.floor = fr
+                        print(report_line(r))
+                        turns.setdefault((name, endpoint), []).append(r)
+                        if r.errors or server.poll() is not None:
+                            print(f"!! {r.errors} failed requests on {endpoint} {name}; first:")
+                            for s in r.samples:
+                                print(f"   {s}")
+                            print(f"   request template (uid at {UID_MARK}):\n{template.decode()}")
+                            print(f"   webhook stderr (last lines):\n{tail(err)}")
+                        if server.poll() is not None:
+                            raise RuntimeError(f"webhook exited with {server.returncode}")
+                fr = median_run(floors)
                 results.append(fr)
-                for name, endpoint, template, server, port, err in runs:
-                    r = bench.run(
-                        server, port, name, endpoint, template, concurrency, check_uid=True
-                    )
+                for runs_of_one in turns.values():
+                    r = median_run(runs_of_one)
                     r.floor = fr
-                    print(report_line(r))
                     results.append(r)
-                    if r.errors or server.poll() is not None:
-                        print(f"!! {r.errors} failed requests on {endpoint} {name}; first ones:")
-                        for s in r.samples:
-                            print(f"   {s}")
-                        print(f"   request template (uid at {UID_MARK}):\n{template.decode()}")
-                        print(f"   webhook stderr (last lines):\n{tail(err)}")
-                    if server.poll() is not None:
-                        raise RuntimeError(f"webhook exited with {server.returncode}")
                 print()
         except KeyboardInterrupt:
             print("\ninterrupted; stopping every child process", file=sys.stderr)
@@ -362,6 +376,14 @@ def run_bench(args: argparse.Namespace) -> int:
     return 1 if any(r.errors for r in results) else 0
 
 
+def median_run(results: list[Result]) -> Result:
+    """The run of median server CPU per request, carrying the failures of every round."""
+    ordered = sorted(results, key=lambda r: r.cpu_us)
+    median = ordered[(len(ordered) - 1) // 2]
+    median.errors = sum(r.errors for r in results)
+    return median
+
+
 def _sigterm(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt  # so `finally` stops the children on `kill <pid>` too
 
@@ -374,6 +396,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=float, help="measured seconds per run (default 10)")
     p.add_argument("--warmup", type=float, default=1.0, help="uncounted seconds before each run")
     p.add_argument("--quick", action="store_true", help="3 s runs instead of 10 s")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="closed loop: run the floor and every scenario this many times, taking turns, and "
+        "report each one's median round (default 1)",
+    )
     p.add_argument(
         "--max-requests",
         type=int,
