@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""Instructions per review: the webhook's own work, counted by valgrind, steady on a noisy VM.
+
+Wall-clock benchmarks on shared 2-core VMs drift by tens of percent between runs (CPU steal,
+neighbours); an instruction count does not. This runs the real HTTP/1.1 connection (the
+`serve` routes, the example cluster snapshot with GPU holds for the `-facts` scenarios, JSON
+decision logging as `serve` sets it up) in one process, fed whole requests as the apiserver
+sends them, under `valgrind --tool=callgrind`, twice: with N and with 2N reviews. The
+difference divided by N is what one review costs in user-space instructions, start-up and
+warm-up excluded. TLS, the kernel and the event loop are not in it (`bench/load.py` has them).
+
+Run from the repository root against the build that ships:
+
+    make compiled
+    PYTHONSAFEPATH=1 PYTHONPATH=build/compiled .venv/bin/python bench/instructions.py
+
+Needs valgrind (`apt-get install valgrind`). `--child` is the measured process itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+from reviews import SCENARIOS, UID_MARK, as_persisted, review  # noqa: E402
+
+WARMUP = 300
+
+
+class _Transport:
+    """What the connection writes to: the answers, kept for the last one's check."""
+
+    def __init__(self) -> None:
+        self.out: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.out.append(data)
+
+    def close(self) -> None: ...
+
+    def abort(self) -> None: ...
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+
+class _Owner:
+    def now(self) -> float:
+        return time.monotonic()
+
+    def forget(self, conn: Any) -> None: ...
+
+
+def _http(endpoint: str, body: bytes) -> bytes:
+    head = (
+        f"POST /{endpoint}?timeout=10s HTTP/1.1\r\nHost: gpu-admission.gpu-admission.svc:443\r\n"
+        "User-Agent: kube-apiserver-admission\r\nAccept: application/json, */*\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+def run_child(scenario: str, endpoint: str, count: int) -> int:
+    """Answer WARMUP + `count` reviews of `endpoint` (a /validate review carries the object
+    as this webhook's /mutate left it, as the apiserver sends it)."""
+    from webhook.logs import setup
+    from webhook.server.app import cluster_source, make_app
+    from webhook.server.http1 import Connection
+    from webhook.server.reload import RuleHolder
+
+    setup("info", "json")  # as `serve` does; stderr goes to /dev/null
+    sc = next(s for s in SCENARIOS if s.name == scenario)
+    holder = RuleHolder(source=REPO / "rules")
+    holder.refresh()
+    facts = (
+        cluster_source(snapshot=REPO / "examples" / "cluster-snapshot.yaml") if sc.facts else None
+    )
+    transport = _Transport()
+    conn = Connection(_Owner(), make_app(holder, facts))
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20_000, 20, 20)  # as `serve` sets it
+    obj = sc.build()
+    target = obj
+    if endpoint == "validate" and "mutate" in sc.endpoints:
+        body = orjson.dumps(review(obj, user=sc.user, groups=sc.groups))
+        conn.data_received(_http("mutate", body.replace(UID_MARK.encode(), b"preflight")))
+        answer = orjson.loads(transport.out[-1].split(b"\r\n\r\n", 1)[1])["response"]
+        target = as_persisted(obj, answer.get("patch"))
+    template = orjson.dumps(review(target, user=sc.user, groups=sc.groups))
+    requests = [
+        _http(endpoint, template.replace(UID_MARK.encode(), f"{i:012d}".encode()))
+        for i in range(WARMUP + count)
+    ]
+    for request in requests:
+        conn.data_received(request)
+    last = orjson.loads(transport.out[-1].split(b"\r\n\r\n", 1)[1])
+    if "response" not in last:
+        print(f"the webhook did not answer a review: {last}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _collected(scenario: str, endpoint: str, count: int, tmp: Path) -> int:
+    """User-space instructions of one child process answering WARMUP + `count` reviews."""
+    log = tmp / f"valgrind.{count}"
+    proc = subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            f"--callgrind-out-file={tmp / f'callgrind.{count}'}",
+            f"--log-file={log}",
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--child",
+            scenario,
+            endpoint,
+            str(count),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,  # the decision log lines
+        check=False,
+    )
+    text = log.read_text() if log.exists() else ""
+    found = re.search(r"Collected : (\d+)", text)
+    if proc.returncode != 0 or found is None:
+        raise SystemExit(f"the measured process failed (exit {proc.returncode}):\n{text[-2000:]}")
+    return int(found.group(1))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument(
+        "--scenario",
+        action="append",
+        choices=[s.name for s in SCENARIOS],
+        help="repeatable; default: gpu-pod-facts and gpu-pod-denied",
+    )
+    p.add_argument("--requests", type=int, default=1000, help="N (default 1000)")
+    p.add_argument(
+        "--child", nargs=3, metavar=("SCENARIO", "ENDPOINT", "COUNT"), help=argparse.SUPPRESS
+    )
+    args = p.parse_args(argv)
+    if args.child:
+        scenario, endpoint, count = args.child
+        return run_child(scenario, endpoint, int(count))
+    if shutil.which("valgrind") is None:
+        print("bench/instructions.py needs valgrind: apt-get install valgrind", file=sys.stderr)
+        return 2
+    names = args.scenario or ["gpu-pod-facts", "gpu-pod-denied"]
+    from webhook.engine.build import engine_build
+
+    print(f"instructions per review, engine {engine_build()}, N = {args.requests}")
+    print("| scenario | endpoint | instructions per review |")
+    print("| --- | --- | ---: |")
+    with tempfile.TemporaryDirectory(prefix="gpu-admission-instructions-") as tmp_s:
+        tmp = Path(tmp_s)
+        for name in names:
+            for endpoint in next(s for s in SCENARIOS if s.name == name).endpoints:
+                once = _collected(name, endpoint, args.requests, tmp)
+                twice = _collected(name, endpoint, 2 * args.requests, tmp)
+                print(f"| {name} | {endpoint} | {(twice - once) / args.requests:,.0f} |")
+    print(f"\nCommand: `{' '.join(['bench/instructions.py', *(argv or sys.argv[1:])])}`")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
