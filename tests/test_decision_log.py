@@ -162,3 +162,26 @@ async def test_lines_of_one_loop_turn_go_out_in_one_write_and_in_order(
         root.setLevel(level)
     names = [line.get("objectName", line["msg"]) for line in _lines(stream)]
     assert names == ["p-0", "p-1", "p-2", "p-3", "reload refused", "p-4"]
+
+
+async def test_a_drain_left_on_a_loop_that_has_gone_does_not_hold_lines_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level, logs._direct
+    stream = CountingStream()
+    monkeypatch.setattr(sys, "stderr", stream)
+    try:
+        logs.setup("info", "json")
+        decisions = _ours_alone()
+        assert logs._direct is not None
+        gone = asyncio.new_event_loop()
+        gone.close()
+        logs._direct._drain_on = gone  # a drain was scheduled there and never ran
+        info_line(decisions, MESSAGE, FIELDS)
+        await asyncio.sleep(0)
+    finally:
+        root.handlers[:], level, logs._direct = saved
+        root.setLevel(level)
+    assert stream.writes == 1
+    assert [line["uid"] for line in _lines(stream)] == [FIELDS["uid"]]

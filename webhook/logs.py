@@ -56,33 +56,35 @@ class JsonFormatter(logging.Formatter):
 
 
 class JsonLines(logging.StreamHandler):
-    """stderr, one JSON object per line. Lines `loglines.info_line` hands it directly are queued and
-    written together once per turn of the event loop (one write instead of one per review
-    in a denial storm), always ahead of any line logged after them, so the order holds."""
+    """stderr, one JSON object per line. Lines `loglines.info_line` hands it directly are
+    queued and written together once per turn of the event loop (one write instead of one per
+    review in a denial storm), always ahead of any line logged after them, so the order holds.
+    At most `_MAX_QUEUED` wait; a line queued where no loop runs is written at once."""
 
     def __init__(self) -> None:
         super().__init__(sys.stderr)
         self.setFormatter(JsonFormatter())
         self._queued: list[str] = []
-        self._scheduled = False
+        self._drain_on: asyncio.AbstractEventLoop | None = None  # the loop a drain waits on
 
     def queue(self, text: str) -> None:
         """Queue one formatted line; the caller holds the lock."""
         self._queued.append(text)
         if len(self._queued) >= _MAX_QUEUED:
             self._write_queued()
-        elif not self._scheduled:
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:  # no event loop (the CLI): written at once
-                self._write_queued()
-                return
-            self._scheduled = True
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop (the CLI): written at once
+            self._write_queued()
+            return
+        if self._drain_on is not loop:  # none waiting, or on a loop that has gone since
+            self._drain_on = loop
             loop.call_soon(self._drain)
 
     def _drain(self) -> None:
         with self.lock or contextlib.nullcontext():
-            self._scheduled = False
+            self._drain_on = None
             self._write_queued()
 
     def _write_queued(self) -> None:
