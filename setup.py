@@ -20,6 +20,7 @@ COMPILED = [
     "webhook/engine/subject.py",
     "webhook/engine/workloads.py",
     "webhook/engine/fields.py",
+    "webhook/engine/views.py",
     "webhook/engine/podviews.py",
     "webhook/podrequest.py",
     "webhook/quantity.py",
