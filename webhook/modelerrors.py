@@ -16,17 +16,29 @@ folded into one problem, or into the member whose shape the value has.
 
 from __future__ import annotations
 
-import collections.abc
 import difflib
 import re
-import types
 import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
-from pydantic.fields import FieldInfo
+
+from webhook.modeltypes import (
+    KEY,
+    MAPPINGS,
+    annotation_at,
+    choices_of,
+    example_for,
+    is_union,
+    kind_at,
+    member_of,
+    model_at,
+    shown,
+    step_into,
+    strip,
+)
 
 __all__ = [
     "Invalid",
@@ -61,23 +73,12 @@ _KINDS = {
     "none": "nothing (null)",
 }
 _TYPE_SUFFIXES = ("_parsing", "_type", "_from_float", "_fraction")
-_CONTAINERS = (
-    list,
-    dict,
-    tuple,
-    set,
-    frozenset,
-    collections.abc.Mapping,
-    collections.abc.Sequence,
-)
-_MAPPINGS = (dict, collections.abc.Mapping)
 _BOUNDS = {
     "greater_than": ("gt", "more than"),
     "greater_than_equal": ("ge", "at least"),
     "less_than": ("lt", "less than"),
     "less_than_equal": ("le", "at most"),
 }
-_KEY = "[key]"  # pydantic's last location segment when a mapping's key, not its value, is wrong
 
 
 class Invalid(ValueError):
@@ -159,94 +160,14 @@ def _walk(root: type[BaseModel] | None, loc: Loc) -> tuple[Loc, tuple[tuple[int,
     tags: list[tuple[int, str]] = []
     current: Any = root
     for seg in loc:
-        current = _strip(current)
-        if isinstance(seg, str) and _is_union(current):
+        current = strip(current)
+        if isinstance(seg, str) and is_union(current):
             tags.append((len(clean), seg))
-            current = _member(current, seg)
+            current = member_of(current, seg)
             continue
         clean.append(seg)
-        current = _step(current, seg)
+        current = step_into(current, seg)
     return tuple(clean), tuple(tags)
-
-
-def _step(current: Any, seg: str | int) -> Any:
-    if _is_union(current):  # a key below a union: the member model that has it
-        models = [_strip(a) for a in _union_args(current)]
-        current = next((m for m in models if _is_model(m) and _field(m, seg)), None)
-    if _is_model(current):
-        found = _field(current, seg)
-        return found.annotation if found is not None else None
-    if typing.get_origin(current) in _CONTAINERS:
-        args = typing.get_args(current)
-        if seg == _KEY:
-            return args[0] if args else None
-        return args[-1] if args else None
-    return None
-
-
-def _is_model(annotation: Any) -> bool:
-    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
-
-
-def _field(model: type[BaseModel], seg: str | int) -> FieldInfo | None:
-    return next((f for name, f in model.model_fields.items() if seg in (name, f.alias)), None)
-
-
-def _strip(annotation: Any) -> Any:
-    """The annotation without Annotated metadata and without an Optional's None."""
-    while True:
-        if typing.get_origin(annotation) is typing.Annotated:
-            annotation = typing.get_args(annotation)[0]
-            continue
-        if _union_args(annotation):
-            args = [a for a in _union_args(annotation) if a is not type(None)]
-            if len(args) == 1:
-                annotation = args[0]
-                continue
-        return annotation
-
-
-def _union_args(annotation: Any) -> tuple[Any, ...]:
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        return typing.get_args(annotation)
-    return ()
-
-
-def _is_union(annotation: Any) -> bool:
-    return len([a for a in _union_args(annotation) if a is not type(None)]) > 1
-
-
-def _member(union: Any, tag: str) -> Any:
-    """The member of `union` pydantic's tag names: `str`, `list[str]`, `ReplicaFactor` or
-    `function-after[_parse(), ReplicaFactor]`."""
-    for arg in _union_args(union):
-        stripped = _strip(arg)
-        if isinstance(stripped, type) and issubclass(stripped, BaseModel):
-            if tag == stripped.__name__ or tag.endswith(f" {stripped.__name__}]"):
-                return arg
-        elif tag == getattr(stripped, "__name__", None) or tag == str(stripped):
-            return arg
-    return None
-
-
-def annotation_at(root: type[BaseModel] | None, loc: tuple[Any, ...]) -> Any:
-    """The annotation of the field the path `loc` names under `root`, or None."""
-    current: Any = root
-    for seg in loc:
-        current = _step(_strip(current), seg)
-        if current is None:
-            return None
-    return _strip(current)
-
-
-def model_at(root: type[BaseModel] | None, loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    """The pydantic model the path `loc` points into, to say which keys it takes (the model
-    member of a union of text and a model)."""
-    found = annotation_at(root, loc)
-    if _is_union(found):
-        models = [m for m in (_strip(a) for a in _union_args(found)) if _is_model(m)]
-        found = models[0] if len(models) == 1 else None
-    return found if _is_model(found) else None
 
 
 def _path(loc: Loc) -> str:
@@ -278,7 +199,7 @@ def _solve(items: list[_Item], root: type[BaseModel] | None) -> list[Problem]:
             continue
         kinds = list(dict.fromkeys(_kind_of_error(m.err) for m in members))
         kinds_text = " or ".join(k for k in kinds if k) or "another kind of value"
-        found = _show(members[0].err.get("input"))
+        found = shown(members[0].err.get("input"))
         out.append(
             Problem(place, f"expected {kinds_text}, found {found}", _write(kinds_text, root, place))
         )
@@ -317,23 +238,23 @@ def _one(err: Mapping[str, Any], loc: Loc, root: type[BaseModel] | None) -> list
         if isinstance(exc, Invalid):
             return [Problem((*loc, *exc.at), exc.what, exc.fix)]
         # A validator of a library: its words, and what the field takes.
-        return [Problem(loc, str(exc).rstrip("."), _write(_kind_at(root, loc), root, loc))]
-    if loc and loc[-1] == _KEY:
+        return [Problem(loc, str(exc).rstrip("."), _write(kind_at(root, loc), root, loc))]
+    if loc and loc[-1] == KEY:
         loc = loc[:-1]
-        what = f"the key {_show(found)} is not text" if kind.startswith("str") else "invalid key"
+        what = f"the key {shown(found)} is not text" if kind.startswith("str") else "invalid key"
         return [Problem(loc, what, f'write the key as text, in quotes: "{found}"', on_key=True)]
     if kind == "missing":
         return [Problem(loc, "required", _add(root, loc), on_key=True)]
     if kind == "extra_forbidden":
         return [Problem(loc, "unknown key", _rename(root, loc), on_key=True)]
     if kind in ("literal_error", "enum"):
-        choices = _choices(annotation_at(root, loc)) if root is not None else []
+        choices = choices_of(annotation_at(root, loc)) if root is not None else []
         if choices:
-            what = f"{_show(found)} is not one of: {', '.join(choices)}"
+            what = f"{shown(found)} is not one of: {', '.join(choices)}"
             near = _nearest(str(found), choices)
             fix = f"write {near} (one of: {', '.join(choices)})" if near else _one_of(choices)
             return [Problem(loc, what, fix)]
-        return [Problem(loc, f"{_show(found)} is not an allowed value", _see(loc))]
+        return [Problem(loc, f"{shown(found)} is not an allowed value", _see(loc))]
     if kind in _BOUNDS:
         return [_bound(kind, ctx, found, loc, root)]
     if kind in ("string_too_short", "too_short"):
@@ -348,14 +269,14 @@ def _one(err: Mapping[str, Any], loc: Loc, root: type[BaseModel] | None) -> list
         return [Problem(loc, what, f"shorten it to at most {n} {_units(kind, n)}")]
     if kind == "string_pattern_mismatch":
         pattern = ctx.get("pattern")
-        what = f"{_show(found)} does not match the pattern {pattern}"
+        what = f"{shown(found)} does not match the pattern {pattern}"
         return [Problem(loc, what, _give(root, loc, f"write a value matching {pattern}"))]
     expected = _kind_of_error(err)
     if expected:
         return [
-            Problem(loc, f"expected {expected}, found {_show(found)}", _write(expected, root, loc))
+            Problem(loc, f"expected {expected}, found {shown(found)}", _write(expected, root, loc))
         ]
-    return [Problem(loc, f"{_show(found)} is not a valid value here", _see(loc))]
+    return [Problem(loc, f"{shown(found)} is not a valid value here", _see(loc))]
 
 
 def _bound(
@@ -368,9 +289,9 @@ def _bound(
         fix = f"give a positive {noun}"
     else:
         fix = f"give a {noun} {words.replace('at ', 'of at ')} {limit}"
-    if loc and typing.get_origin(annotation_at(root, loc[:-1])) in _MAPPINGS:
+    if loc and typing.get_origin(annotation_at(root, loc[:-1])) in MAPPINGS:
         fix += f", or remove the {loc[-1]} entry"
-    return Problem(loc, f"must be {words} {limit}, found {_show(found)}", fix)
+    return Problem(loc, f"must be {words} {limit}, found {shown(found)}", fix)
 
 
 # --- fixes ------------------------------------------------------------------------------------
@@ -382,7 +303,7 @@ def _key_name(loc: Loc) -> str:
 
 def _add(root: type[BaseModel] | None, loc: Loc) -> str:
     key = _key_name(loc)
-    example = _example(root, loc)
+    example = example_for(root, loc)
     return f"add {key}: {example}" if example else f"add {key}"
 
 
@@ -406,7 +327,7 @@ def _write(expected: str, root: type[BaseModel] | None, loc: Loc) -> str:
 
 
 def _give(root: type[BaseModel] | None, loc: Loc, head: str) -> str:
-    example = _example(root, loc)
+    example = example_for(root, loc)
     if not example:
         return head
     if loc and isinstance(loc[-1], str):
@@ -440,131 +361,3 @@ def _nearest(word: str, choices: list[str]) -> str | None:
 def _units(kind: str, n: Any) -> str:
     unit = "character" if kind.startswith("string") else "item"
     return unit if n == 1 else unit + "s"
-
-
-# --- examples -----------------------------------------------------------------------------------
-
-
-def _example(root: type[BaseModel] | None, loc: Loc) -> str:
-    """A value the field at `loc` takes, as a file writes it: the field's first example, else
-    its default, else an item of its container's; "" when none is short enough to show."""
-    value = _example_value(root, loc)
-    if value is None:
-        return ""
-    text = _flow(value)
-    return text if len(text) <= 60 else ""
-
-
-def _example_value(root: type[BaseModel] | None, loc: Loc) -> Any:
-    if root is None or not loc:
-        return None
-    parent = model_at(root, loc[:-1])
-    field = _field(parent, loc[-1]) if parent is not None else None
-    if field is not None:
-        if field.examples:
-            return field.examples[0]
-        default = None if field.is_required() else field.get_default(call_default_factory=True)
-        if isinstance(default, BaseModel):
-            default = default.model_dump(by_alias=True, mode="json", exclude_defaults=False)
-        if default not in (None, "", [], {}):
-            return default
-        choices = _choices(_strip(field.annotation))
-        if choices:
-            return choices[0]
-    else:  # an item of a list or a value of a mapping: an item of the container's example
-        outer = _example_value(root, loc[:-1])
-        if isinstance(outer, list) and outer:
-            return outer[0]
-        if isinstance(outer, dict) and outer:
-            return next(iter(outer.values()))
-    annotation = annotation_at(root, loc)
-    return next((v for t, v in _EXAMPLE_OF if annotation is t), None)
-
-
-_EXAMPLE_OF: tuple[tuple[type, Any], ...] = ((int, 1), (float, 0.5), (bool, True))
-
-
-_PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/*\-]*")
-_NUMBER = re.compile(r"[-+]?(\d[\d_]*(\.\d*)?|\.\d+)([eE][-+]?\d+)?|0x[0-9a-fA-F]+|0o?[0-7]+")
-_WORDS = frozenset({"y", "n", "yes", "no", "on", "off", "true", "false", "null", "~"})
-
-
-def _flow(value: Any) -> str:
-    """A value in YAML flow style, quoting only text YAML would read as something else."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return str(value)
-    if isinstance(value, Mapping):  # its first entries, as many as read at a glance
-        shown: list[str] = []
-        for k, v in value.items():
-            entry = f"{_flow(k)}: {_flow(v)}"
-            if shown and sum(len(e) + 2 for e in (*shown, entry)) > 48:
-                break
-            shown.append(entry)
-        return "{" + ", ".join(shown) + "}"
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_flow(v) for v in value) + "]"
-    text = str(value)
-    plain = _PLAIN.fullmatch(text) and not _NUMBER.fullmatch(text) and text.lower() not in _WORDS
-    return text if plain else '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-# --- words ----------------------------------------------------------------------------------
-
-
-def _kind_at(root: type[BaseModel] | None, loc: Loc) -> str:
-    """What the field at `loc` takes, in words ("" when unknown)."""
-    annotation = annotation_at(root, loc) if root is not None else None
-    return _kind_of_annotation(annotation)
-
-
-def _kind_of_annotation(annotation: Any) -> str:
-    if annotation is None:
-        return ""
-    if _is_union(annotation):
-        kinds = [_kind_of_annotation(_strip(a)) for a in _union_args(annotation)]
-        return " or ".join(dict.fromkeys(k for k in kinds if k))
-    if typing.get_origin(annotation) is typing.Literal:
-        return "one of: " + ", ".join(_choices(annotation))
-    if annotation is bool:
-        return "true or false"
-    if annotation is int:
-        return "a whole number"
-    if annotation is float:
-        return "a number"
-    if annotation is str:
-        return "text"
-    origin = typing.get_origin(annotation)
-    if origin in _MAPPINGS or (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
-        return "a mapping"
-    if origin in _CONTAINERS:
-        return "a list"
-    return ""
-
-
-def _show(value: Any) -> str:
-    """The value found, short: a user recognises it from their file."""
-    if value is None:
-        return "nothing (null)"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, Mapping):
-        return "a mapping"
-    if isinstance(value, (list, tuple)):
-        return "a list"
-    text = repr(value) if isinstance(value, str) else str(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _choices(annotation: Any) -> list[str]:
-    """The values a Literal (or an Enum) annotation allows, as they are written in a file."""
-    if annotation is None:
-        return []
-    if typing.get_origin(annotation) is typing.Literal:
-        return [str(a) for a in typing.get_args(annotation)]
-    if isinstance(annotation, type) and hasattr(annotation, "__members__"):
-        return [str(getattr(m, "value", m)) for m in annotation.__members__.values()]
-    return []
