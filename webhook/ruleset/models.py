@@ -1,349 +1,52 @@
 """Rule-set models: the single source of truth for what a file in `rules/` may say.
 
-Every rule has its own model keyed by its rule id, so messages, audit annotations and rule
-files all use one name. Models are frozen: a loaded rule set is shared by concurrent requests
-and swapped whole, never edited in place.
+Every rule has its own model keyed by its rule id (`rulemodels.py`), so messages, audit
+annotations and rule files all use one name. Models are frozen: a loaded rule set is shared
+by concurrent requests and swapped whole, never edited in place.
 """
 
 from __future__ import annotations
 
-from fractions import Fraction
-from typing import Annotated, Any, Literal
+from typing import Any
 
 from pydantic import (
-    BeforeValidator,
-    ConfigDict,
     Field,
-    PositiveInt,
     ValidationError,
     field_validator,
     model_validator,
 )
 
 from webhook.modelerrors import Invalid, Nested
-from webhook.quantity import Amount, QuantityError, parse_quantity
-from webhook.ruleset.base import StrictModel
 from webhook.ruleset.defaults import (
-    DEFAULT_DEVICE_PATHS,
     DEFAULT_GPU_RESOURCES,
 )
 from webhook.ruleset.exemptions import Exemptions
+from webhook.ruleset.rulemodels import (
+    ModeName,
+    ProbesRule,
+    QuotaBudget,
+    RuleModel,
+    RuleSettings,
+    TolerationSpec,
+)
 from webhook.ruleset.workloads import WorkloadKind
 from webhook.selectors import LabelSelector, NamePatterns, is_pattern
 
 __all__ = [
     "RULE_IDS",
     "Exemptions",
+    "GpuSharing",
     "ModeName",
     "Override",
+    "ProbesRule",
+    "QuotaBudget",
     "RuleSet",
     "RuleSettings",
+    "TolerationSpec",
 ]
 
 
-# How a rule file spells a mode; the engine works with `engine.decision.Mode`.
-def _yaml_mode(value: Any) -> Any:
-    """YAML 1.1 reads an unquoted `off` (and `no`) as false: that is the mode `off`. An unquoted
-    `on`/`yes`/`true` is no mode at all, so say what happened instead of listing the modes."""
-    if value is False:
-        return "off"
-    if value is True:
-        raise Invalid(
-            "YAML read this value as true (on, yes and true all are); a mode is one of "
-            "enforce, warn, audit, off",
-            'write the mode in quotes, e.g. mode: "enforce"',
-        )
-    return value
-
-
-ModeName = Annotated[Literal["enforce", "warn", "audit", "off"], BeforeValidator(_yaml_mode)]
-
-
-class _Model(StrictModel):
-    """Every rule's settings: strict, frozen, camelCase (`webhook.ruleset.base`)."""
-
-
-def _quantity(value: str) -> str:
-    try:
-        parse_quantity(value)
-    except QuantityError as exc:
-        raise Invalid(str(exc), "write a Kubernetes quantity, e.g. 16Gi or 512Mi") from None
-    return value
-
-
-class ValidationRule(_Model):
-    mode: ModeName = "enforce"
-
-
-class WarnRule(_Model):
-    mode: ModeName = "warn"
-
-
-class RequestsLimitsRule(_Model):
-    """GPU requests must equal limits; the apiserver refuses anything else."""
-
-    mode: ModeName = "enforce"
-    # Copy a GPU that is only in requests into limits (the usual slip) instead of denying.
-    fix: bool = True
-
-
-class TolerationSpec(_Model):
-    """The taint toleration that pods asking for any of `resources` get, or (DRA) a device of
-    a GPU DeviceClass named in `deviceClasses`, whose CEL selectors require one of `drivers`,
-    or whose `extendedResourceName` is one of `resources`."""
-
-    resources: list[str] = Field(default_factory=list)
-    device_classes: list[str] = Field(default_factory=list)
-    drivers: list[str] = Field(default_factory=list)
-    key: str = Field(min_length=1, examples=["nvidia.com/gpu"])
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
-
-    @model_validator(mode="after")
-    def _asked_by_something(self) -> TolerationSpec:
-        if not (self.resources or self.device_classes or self.drivers):
-            raise Invalid(
-                "a toleration needs resources, deviceClasses or drivers",
-                "add what it is for, e.g. resources: [nvidia.com/*] (or deviceClasses, drivers)",
-            )
-        return self
-
-
-class TolerationsRule(_Model):
-    mutate: bool = True
-    tolerations: list[TolerationSpec] = Field(
-        default_factory=lambda: [
-            TolerationSpec.model_validate(
-                {
-                    "resources": ["nvidia.com/*"],
-                    "deviceClasses": ["*.nvidia.com"],
-                    "drivers": ["gpu.nvidia.com"],
-                    "key": "nvidia.com/gpu",
-                }
-            ),
-            TolerationSpec.model_validate(
-                {
-                    "resources": ["amd.com/gpu"],
-                    "deviceClasses": ["*.amd.com"],
-                    "drivers": ["gpu.amd.com"],
-                    "key": "amd.com/gpu",
-                }
-            ),
-        ]
-    )
-
-
-class ShmRule(_Model):
-    """Size of the memory-backed /dev/shm; NCCL and PyTorch data loaders need far over 64Mi."""
-
-    mutate: bool = True
-    # The finding when none is added because a KServe predictor's serving runtime (which
-    # may bring its own) cannot be told.
-    mode: ModeName = "warn"
-    volume_name: str = Field(default="dshm", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-    memory_fraction: float = Field(default=0.5, gt=0, le=1)
-    min_size: str = "1Gi"
-    max_size: str = "16Gi"
-    # Used when the container sets no memory limit, so there is nothing to take a fraction of.
-    default_size: str = "8Gi"
-
-    _check_sizes = field_validator("min_size", "max_size", "default_size")(_quantity)
-
-    def sizes(self) -> tuple[Amount, int, int, int]:
-        """(fraction, min, max, default bytes); the compiled rules keep the result."""
-        return (
-            Fraction(str(self.memory_fraction)),
-            int(parse_quantity(self.min_size)),
-            int(parse_quantity(self.max_size)),
-            int(parse_quantity(self.default_size)),
-        )
-
-    @model_validator(mode="after")
-    def _min_below_max(self) -> ShmRule:
-        if parse_quantity(self.min_size) > parse_quantity(self.max_size):
-            raise Invalid(
-                f"minSize {self.min_size} is larger than maxSize {self.max_size}",
-                "lower minSize or raise maxSize",
-                ("minSize",),
-            )
-        return self
-
-
-class ProbesRule(_Model):
-    """Model loading takes minutes; probes tuned for a web app kill GPU servers while loading."""
-
-    mutate: bool = True
-    # raise-delays: lift initialDelaySeconds; startup-probe: add a startupProbe instead.
-    strategy: Literal["raise-delays", "startup-probe"] = "raise-delays"
-    readiness_min_delay_seconds: int = Field(default=60, ge=0)
-    liveness_min_delay_seconds: int = Field(default=180, ge=0)
-    # startup-probe strategy: how long the container may take to start before it is killed.
-    startup_budget_seconds: int = Field(default=600, ge=10)
-    startup_period_seconds: int = Field(default=10, ge=1)
-
-
-WhenUnknown = Literal["allow", "deny"]
-
-
-class VisibleDevicesRule(_Model):
-    """NVIDIA_VISIBLE_DEVICES: the way into every GPU of a node that needs no privilege."""
-
-    mode: ModeName = "enforce"
-    allowed_values: list[str] = Field(default_factory=lambda: ["void", "none", ""])
-    # Set NVIDIA_VISIBLE_DEVICES=void in containers that ask for no GPU, in pods that can run
-    # on GPU nodes, when the author left it unset (their image may say "all").
-    mutate: bool = True
-    # An envFrom ConfigMap/Secret whose keys the webhook does not know may set the variable:
-    # deny, or allow with a warning.
-    when_unknown: WhenUnknown = "deny"
-
-
-class HostDevicesRule(_Model):
-    mode: ModeName = "enforce"
-    paths: list[str] = Field(default_factory=lambda: list(DEFAULT_DEVICE_PATHS))
-
-
-class QuotaBudget(_Model):
-    """GPUs a set of namespaces may hold at once, per resource and optionally per product."""
-
-    name: str = Field(min_length=1, examples=["ml-team"])
-    namespaces: list[str] = Field(default_factory=list, examples=[["ml-team"]])
-    namespace_selector: LabelSelector | None = None
-    # resource name -> GPUs the namespace may hold in non-terminated pods. At least 1: a
-    # budget of 0 or less would deny every GPU pod with a quota message (keep GPUs out of a
-    # namespace with a ResourceQuota of 0, or by leaving it without a budget and
-    # requireQuota: true).
-    limits: dict[str, PositiveInt] = Field(default_factory=dict, examples=[{"nvidia.com/gpu": 16}])
-    # GPU product (nvidia.com/gpu.product value) -> resource -> GPUs
-    products: dict[str, dict[str, PositiveInt]] = Field(
-        default_factory=dict, examples=[{"NVIDIA-H100-80GB-HBM3": {"nvidia.com/gpu": 8}}]
-    )
-
-    @model_validator(mode="after")
-    def _selects_something(self) -> QuotaBudget:
-        if not self.namespaces and self.namespace_selector is None:
-            raise Invalid(
-                "a budget needs namespaces or a namespaceSelector",
-                "add namespaces: [ml-team] or namespaceSelector: {matchLabels: {team: ml}}",
-            )
-        return self
-
-
-class QuotaRule(_Model):
-    """Namespace GPU budgets, and an early, clear word on what native ResourceQuota will refuse."""
-
-    mode: ModeName = "enforce"
-    budgets: list[QuotaBudget] = Field(default_factory=list)
-    native_quota: bool = True
-    # Deny GPU pods in namespaces with neither a budget here nor a GPU ResourceQuota.
-    require_quota: bool = False
-    # No cluster facts, or facts older than cluster.maxStalenessSeconds: allow with a warning,
-    # or deny.
-    when_unknown: WhenUnknown = "allow"
-
-
-class PriorityRule(_Model):
-    """GPU pods run at a priority the platform chose, never a system one."""
-
-    mode: ModeName = "enforce"
-    mutate: bool = True
-    # Injected into GPU pods that name no class ("" = no injection), with its priority value.
-    default_class: str = ""
-    # Classes GPU pods may name; empty = any class that exists (never system-* in user namespaces).
-    allowed_classes: list[str] = Field(default_factory=list)
-    when_unknown: WhenUnknown = "allow"
-
-
-class ProvisionableShape(_Model):
-    """A GPU node the cluster can create on demand (GKE node auto-provisioning, a managed node
-    group scaled to zero...): the labels it would carry and its allocatable GPU resources."""
-
-    name: str = Field(min_length=1, examples=["h100-pool"])
-    labels: dict[str, str] = Field(default_factory=dict)
-    gpus: dict[str, int] = Field(min_length=1, examples=[{"nvidia.com/gpu": 8}])
-
-    @field_validator("gpus")
-    @classmethod
-    def _positive(cls, value: dict[str, int]) -> dict[str, int]:
-        bad = sorted(k for k, v in value.items() if v <= 0)
-        if bad:
-            raise Invalid(
-                f"GPU counts must be positive: {', '.join(bad)}",
-                f"give {bad[0]} the GPUs such a node has, e.g. 8, or remove the entry",
-                (bad[0],),
-            )
-        return value
-
-
-class SchedulableRule(_Model):
-    """Pods that no node could ever run: refuse them at apply time, not after an hour Pending."""
-
-    mode: ModeName = "enforce"
-    # GPU nodes that do not exist yet but can be created for a pending pod. With none listed
-    # and `autoscaling: unknown`, a pod that no existing node fits may be waiting for a node
-    # the autoscaler will create: warn, never deny. `autoscaling: none` states the cluster
-    # creates no nodes: the existing ones are all there is (strict).
-    autoscaling: Literal["unknown", "none"] = "unknown"
-    provisionable: list[ProvisionableShape] = Field(default_factory=list)
-    # Read the shapes Karpenter NodePools and Cluster API scale-from-zero groups can create.
-    # false: only `provisionable` counts (a cluster whose GPU pools the API does not show, e.g.
-    # a managed node group at zero beside Karpenter, would otherwise see false denials).
-    cluster_autoscalers: bool = True
-    # Node-label prefixes that describe GPUs; selectors on other labels are not judged.
-    gpu_label_prefixes: list[str] = Field(
-        default_factory=lambda: [
-            "nvidia.com/",
-            "amd.com/",
-            "gpu.intel.com/",
-            "cloud.google.com/gke-accelerator",
-            "k8s.amazonaws.com/accelerator",
-        ]
-    )
-    # Resources the device plugin serves one at a time (failRequestsGreaterThanOne), e.g.
-    # time-sliced "nvidia.com/gpu.shared"; a pod asking more than 1 of them never starts.
-    single_device_resources: list[str] = Field(default_factory=list)
-    when_unknown: WhenUnknown = "allow"
-
-
-class RuleSettings(_Model):
-    """The settings of every rule, one entry per rule id (a rule file's `rules:`)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=None)
-
-    gpu_requests_limits: RequestsLimitsRule = Field(
-        default_factory=RequestsLimitsRule, alias="gpu-requests-limits"
-    )
-    gpu_whole_quantity: ValidationRule = Field(
-        default_factory=ValidationRule, alias="gpu-whole-quantity"
-    )
-    gpu_mig_mixed: ValidationRule = Field(default_factory=ValidationRule, alias="gpu-mig-mixed")
-    gpu_tolerations: TolerationsRule = Field(
-        default_factory=TolerationsRule, alias="gpu-tolerations"
-    )
-    gpu_shm: ShmRule = Field(default_factory=ShmRule, alias="gpu-shm")
-    gpu_probe_delays: ProbesRule = Field(default_factory=ProbesRule, alias="gpu-probe-delays")
-    visible_devices: VisibleDevicesRule = Field(
-        default_factory=VisibleDevicesRule, alias="visible-devices"
-    )
-    privileged_gpu: ValidationRule = Field(default_factory=ValidationRule, alias="privileged-gpu")
-    host_gpu_devices: HostDevicesRule = Field(
-        default_factory=HostDevicesRule, alias="host-gpu-devices"
-    )
-    gpu_toleration_without_gpu: WarnRule = Field(
-        default_factory=WarnRule, alias="gpu-toleration-without-gpu"
-    )
-    gpu_memory_limit: WarnRule = Field(default_factory=WarnRule, alias="gpu-memory-limit")
-    gpu_readiness_probe: WarnRule = Field(default_factory=WarnRule, alias="gpu-readiness-probe")
-    gpu_init_container: WarnRule = Field(default_factory=WarnRule, alias="gpu-init-container")
-    gpu_quota: QuotaRule = Field(default_factory=QuotaRule, alias="gpu-quota")
-    gpu_priority_class: PriorityRule = Field(
-        default_factory=PriorityRule, alias="gpu-priority-class"
-    )
-    gpu_schedulable: SchedulableRule = Field(
-        default_factory=SchedulableRule, alias="gpu-schedulable"
-    )
-
-
-class GpuDeviceClasses(_Model):
+class GpuDeviceClasses(RuleModel):
     """Which DRA DeviceClasses hand out GPUs: a claim drawing from one makes its containers GPU
     containers for every rule. A class counts when its name matches `names`, or when one of
     its CEL selectors requires a driver in `drivers` (device.driver == "gpu.nvidia.com"); the
@@ -365,11 +68,11 @@ RULE_IDS: tuple[str, ...] = tuple(
 )
 # Rules whose settings are checked together (ShmRule: minSize <= maxSize): rule id -> the
 # RuleSettings field and the rule's model.
-_CHECKED_TOGETHER: dict[str, tuple[str, type[_Model]]] = {
+_CHECKED_TOGETHER: dict[str, tuple[str, type[RuleModel]]] = {
     str(f.alias): (name, f.annotation)
     for name, f in RuleSettings.model_fields.items()
     if isinstance(f.annotation, type)
-    and issubclass(f.annotation, _Model)
+    and issubclass(f.annotation, RuleModel)
     and f.annotation.__pydantic_decorators__.model_validators
 }
 
@@ -379,7 +82,7 @@ def _across_settings(err: Any) -> bool:
     return len(err.get("loc", ())) == 1 and err.get("type") == "value_error"
 
 
-class Override(_Model):
+class Override(RuleModel):
     """Settings for the namespaces an override selects, layered over the base rules.
 
     Precedence, most specific last (it wins): a namespace selector alone < name patterns <
@@ -445,12 +148,12 @@ class Override(_Model):
         return NamePatterns(self.namespaces) if self.namespaces else None
 
 
-class ClusterSettings(_Model):
+class ClusterSettings(RuleModel):
     # Cluster-aware rules treat facts older than this as unknown (see each rule's whenUnknown).
     max_staleness_seconds: int = Field(default=300, ge=1)
 
 
-class GpuSharing(_Model):
+class GpuSharing(RuleModel):
     """Schedulers that give a pod part of a GPU through annotations, not a resource: KAI
     Scheduler and Run:ai (`gpu-fraction: "0.5"`, `gpu-memory: "2000"`). A pod that names one of
     them in spec.schedulerName and carries one of the annotations is a GPU pod (not one that
@@ -470,7 +173,7 @@ class GpuSharing(_Model):
     resource: str = Field(default="nvidia.com/gpu", min_length=1)
 
 
-class RuleSet(_Model):
+class RuleSet(RuleModel):
     """A whole rule set as loaded from the rule folder."""
 
     # A ceiling on every rule's mode: `audit` is shadow mode (nothing denied or changed,
@@ -513,7 +216,7 @@ class RuleSet(_Model):
         """An override laid over these rules leaves settings that agree with each other (a
         minSize it sets is not above the maxSize of the rules, and so on): checked here, at
         load, rather than failing the first review in a namespace it selects."""
-        found: list[tuple[tuple[str | int, ...], type[_Model], list[Any]]] = []
+        found: list[tuple[tuple[str | int, ...], type[RuleModel], list[Any]]] = []
         for i, override in enumerate(self.overrides):
             for rule_id, settings in override.rules.items():
                 if rule_id not in _CHECKED_TOGETHER:
