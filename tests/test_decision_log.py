@@ -31,13 +31,25 @@ MESSAGE = "denied Pod ml-team/trainer-0: privileged-gpu=enforce"
 TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
 
+class CountingStream(io.StringIO):
+    """stderr that counts its writes: each one is a system call in a running server."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        return super().write(text)
+
+
 @pytest.fixture
-def stderr(monkeypatch: pytest.MonkeyPatch) -> Iterator[io.StringIO]:
-    """`logs.setup` as `serve --log-format json` calls it, writing to a buffer; the logging
-    configuration the test run had is put back afterwards."""
+def stderr(monkeypatch: pytest.MonkeyPatch) -> Iterator[CountingStream]:
+    """`logs.setup` as `serve --log-format json` calls it, writing to a buffer that counts its
+    writes; the logging configuration the test run had is put back afterwards."""
     root = logging.getLogger()
     saved = root.handlers[:], root.level, logs._direct
-    buffer = io.StringIO()
+    buffer = CountingStream()
     monkeypatch.setattr(sys, "stderr", buffer)
     logs.setup("info", "json")
     yield buffer
@@ -124,64 +136,34 @@ def test_a_broken_stream_does_not_fail_the_review(stderr: io.StringIO) -> None:
     info_line(decisions, MESSAGE, FIELDS)
 
 
-class CountingStream(io.StringIO):
-    """stderr that counts its writes: each one is a system call in a running server."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.writes = 0
-
-    def write(self, text: str) -> int:
-        self.writes += 1
-        return super().write(text)
-
-
 async def test_lines_of_one_loop_turn_go_out_in_one_write_and_in_order(
-    monkeypatch: pytest.MonkeyPatch,
+    stderr: CountingStream,
 ) -> None:
-    root = logging.getLogger()
-    saved = root.handlers[:], root.level, logs._direct
-    stream = CountingStream()
-    monkeypatch.setattr(sys, "stderr", stream)
-    try:
-        logs.setup("info", "json")
-        decisions = _ours_alone()
-        for i in range(3):
-            info_line(decisions, f"denied Pod ml-team/p-{i}", {**FIELDS, "objectName": f"p-{i}"})
-        assert stream.writes == 0  # queued until the loop's turn ends
-        await asyncio.sleep(0)
-        assert stream.writes == 1
-        info_line(decisions, "denied Pod ml-team/p-3", {**FIELDS, "objectName": "p-3"})
-        logging.getLogger("gpu-admission").warning("reload refused")  # logged after it
-        info_line(decisions, "denied Pod ml-team/p-4", {**FIELDS, "objectName": "p-4"})
-        await asyncio.sleep(0)
-        assert logs._direct is not None
-        logs._direct.flush()  # what logging.shutdown does at exit
-    finally:
-        root.handlers[:], level, logs._direct = saved
-        root.setLevel(level)
-    names = [line.get("objectName", line["msg"]) for line in _lines(stream)]
+    decisions = _ours_alone()
+    for i in range(3):
+        info_line(decisions, f"denied Pod ml-team/p-{i}", {**FIELDS, "objectName": f"p-{i}"})
+    assert stderr.writes == 0  # queued until the loop's turn ends
+    await asyncio.sleep(0)
+    assert stderr.writes == 1
+    info_line(decisions, "denied Pod ml-team/p-3", {**FIELDS, "objectName": "p-3"})
+    logging.getLogger("gpu-admission").warning("reload refused")  # logged after it
+    info_line(decisions, "denied Pod ml-team/p-4", {**FIELDS, "objectName": "p-4"})
+    await asyncio.sleep(0)
+    assert logs._direct is not None
+    logs._direct.flush()  # what logging.shutdown does at exit
+    names = [line.get("objectName", line["msg"]) for line in _lines(stderr)]
     assert names == ["p-0", "p-1", "p-2", "p-3", "reload refused", "p-4"]
 
 
 async def test_a_drain_left_on_a_loop_that_has_gone_does_not_hold_lines_back(
-    monkeypatch: pytest.MonkeyPatch,
+    stderr: CountingStream,
 ) -> None:
-    root = logging.getLogger()
-    saved = root.handlers[:], root.level, logs._direct
-    stream = CountingStream()
-    monkeypatch.setattr(sys, "stderr", stream)
-    try:
-        logs.setup("info", "json")
-        decisions = _ours_alone()
-        assert logs._direct is not None
-        gone = asyncio.new_event_loop()
-        gone.close()
-        logs._direct._drain_on = gone  # a drain was scheduled there and never ran
-        info_line(decisions, MESSAGE, FIELDS)
-        await asyncio.sleep(0)
-    finally:
-        root.handlers[:], level, logs._direct = saved
-        root.setLevel(level)
-    assert stream.writes == 1
-    assert [line["uid"] for line in _lines(stream)] == [FIELDS["uid"]]
+    decisions = _ours_alone()
+    assert logs._direct is not None
+    gone = asyncio.new_event_loop()
+    gone.close()
+    logs._direct._drain_on = gone  # a drain was scheduled there and never ran
+    info_line(decisions, MESSAGE, FIELDS)
+    await asyncio.sleep(0)
+    assert stderr.writes == 1
+    assert [line["uid"] for line in _lines(stderr)] == [FIELDS["uid"]]
