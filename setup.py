@@ -24,6 +24,7 @@ COMPILED = [
     "webhook/engine/podviews.py",
     "webhook/podrequest.py",
     "webhook/quantity.py",
+    "webhook/namepatterns.py",
     "webhook/engine/pipeline.py",
     "webhook/engine/admit.py",
     "webhook/engine/patch.py",
@@ -45,6 +46,8 @@ COMPILED = [
     "webhook/engine/decision.py",
     "webhook/engine/findings.py",
     "webhook/engine/context.py",
+    # The rules in force per namespace shape: which names are GPUs, exemptions, overrides.
+    "webhook/engine/compiled.py",
     # The cluster facts the cluster-aware rules read, and the GPU holds.
     "webhook/facts/model.py",
     "webhook/facts/nodematch.py",

@@ -22,7 +22,13 @@ from webhook.engine.build import engine_build
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPECT_COMPILED = os.environ.get("GPU_ADMISSION_EXPECT_COMPILED") == "1"
-ENGINE_MODULES = ("webhook.engine.", "webhook.facts.", "webhook.quantity", "webhook.podrequest")
+ENGINE_MODULES = (
+    "webhook.engine.",
+    "webhook.facts.",
+    "webhook.quantity",
+    "webhook.podrequest",
+    "webhook.namepatterns",
+)
 # The server's side of a review: parsing, the review route, the response, the metrics, the
 # decision log line.
 SERVER_MODULES = (

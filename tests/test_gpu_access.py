@@ -3,6 +3,7 @@ pod's effective request with sidecars, and the routing that must send every way 
 
 from __future__ import annotations
 
+import posixpath
 from fractions import Fraction
 from typing import Any
 
@@ -106,6 +107,21 @@ def test_every_host_path_the_engine_denies_is_sent_by_the_match_conditions(
     decision = evaluate(subject_for(obj, namespace="ml-team"), RULES)
     if any(j.finding.rule == "host-gpu-devices" for j in decision.judged):
         assert selects(obj), path
+
+
+@settings(max_examples=500, deadline=None, derandomize=True)
+@given(
+    st.lists(st.sampled_from(["", ".", "..", "...", ".cache", "dev.", "dev", "/"]), max_size=6),
+    st.sampled_from(["/", "//", "", "./"]),
+)
+def test_a_mount_path_resolves_as_the_kubelet_resolves_it(segments: list[str], lead: str) -> None:
+    """Whatever the spelling (hidden directories, dots, doubled slashes), `normalise` gives
+    what a POSIX path resolution gives: the shortcut for paths already clean changes nothing."""
+    path = lead + "/".join(segments)
+    expected = posixpath.normpath(path) if path else path
+    if expected.startswith("//"):  # POSIX keeps a leading `//`; the kubelet does not
+        expected = "/" + expected.lstrip("/")
+    assert normalise(path) == expected
 
 
 def _asks(n: int) -> dict[str, Fraction]:

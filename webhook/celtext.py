@@ -9,7 +9,7 @@ import json
 import re
 from collections.abc import Iterable
 
-from webhook.selectors import is_pattern
+from webhook.namepatterns import is_pattern
 
 __all__ = ["glob_re2", "name_test", "q", "qlist"]
 

@@ -1,11 +1,8 @@
-"""Kubernetes label selectors (matchLabels + matchExpressions) and name patterns, as rule files
-write them."""
+"""Kubernetes label selectors (matchLabels + matchExpressions), as rule files write them."""
 
 from __future__ import annotations
 
-import fnmatch
-import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -13,7 +10,7 @@ from pydantic.alias_generators import to_camel
 
 from webhook.modelerrors import Invalid
 
-__all__ = ["LabelSelector", "NamePatterns", "SelectorRequirement", "is_pattern", "matches_any"]
+__all__ = ["LabelSelector", "SelectorRequirement"]
 
 
 class _Model(BaseModel):
@@ -67,30 +64,3 @@ class LabelSelector(_Model):
             values = ",".join(e.values)
             parts.append(f"{e.key} {e.operator} ({values})" if values else f"{e.operator} {e.key}")
         return ", ".join(parts) or "everything"
-
-
-def is_pattern(name: str) -> bool:
-    return any(ch in name for ch in "*?[")
-
-
-class NamePatterns:
-    """Exact names and shell-style patterns (`team-*`, `nvidia.com/mig-*`), compiled once.
-
-    Exact names are a set lookup; the patterns are one regex alternation.
-    """
-
-    __slots__ = ("exact", "loose")
-
-    def __init__(self, patterns: Iterable[str]) -> None:
-        patterns = list(patterns)
-        self.exact = frozenset(p for p in patterns if not is_pattern(p))
-        loose = [fnmatch.translate(p) for p in patterns if is_pattern(p)]
-        self.loose = re.compile("|".join(loose)) if loose else None
-
-    def matches(self, name: str) -> bool:
-        return name in self.exact or (self.loose is not None and self.loose.match(name) is not None)
-
-
-def matches_any(name: str, patterns: Iterable[str]) -> bool:
-    """One-off match of a name against patterns; hot paths keep a `NamePatterns` instead."""
-    return NamePatterns(patterns).matches(name)

@@ -26,9 +26,9 @@ from webhook.engine.decision import Mode
 from webhook.engine.prefilter import gated, markers, might_apply
 from webhook.engine.sharing import SharingSchedulers
 from webhook.engine.workloads import workload_table
+from webhook.namepatterns import NamePatterns
 from webhook.ruleset.models import RuleSet, RuleSettings
 from webhook.ruleset.resolve import applicable, matchers, merge
-from webhook.selectors import NamePatterns
 
 __all__ = ["CompiledRuleSet", "CompiledRules", "compile_rules"]
 

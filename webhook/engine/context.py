@@ -7,9 +7,8 @@ from typing import Protocol
 
 from webhook.engine.totals import Totals
 from webhook.facts.model import Facts, Node
-from webhook.quantity import Amount
+from webhook.namepatterns import NamePatterns
 from webhook.ruleset.models import QuotaBudget, RuleSettings, TolerationSpec
-from webhook.selectors import NamePatterns
 
 __all__ = ["Context", "RulesInForce"]
 
@@ -43,7 +42,7 @@ class RulesInForce(Protocol):
 
     # gpu-shm (shm.prepare), gpu-quota (quota.prepare), gpu-schedulable (schedulable.prepare).
     @property
-    def shm_sizes(self) -> tuple[Amount, int, int, int]: ...
+    def shm_sizes(self) -> tuple[int, int, int, int, int]: ...
     @property
     def budgets(self) -> tuple[tuple[QuotaBudget, NamePatterns | None], ...]: ...
     @property

@@ -19,8 +19,8 @@ from webhook.engine.workloads import WorkloadTable
 from webhook.export.cel import name_test, q, qlist, selector_test
 from webhook.export.podspecs import containers, pod_specs
 from webhook.export.validations import asks_gpu
+from webhook.namepatterns import is_pattern
 from webhook.ruleset.models import GpuSharing
-from webhook.selectors import is_pattern
 
 __all__ = [
     "API_VERSION",

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from webhook.engine.compiled import compile_rules
+from webhook.namepatterns import matches_any
 from webhook.rulecli.cases import load_cases, run_case
 from webhook.rulecli.webhooks import render_webhooks
 from webhook.ruleset.defaults import DEFAULT_EXEMPT_NAMESPACES
@@ -16,7 +17,6 @@ from webhook.ruleset.files import LoadedRules, RuleFileError, load_rules_with_so
 from webhook.ruleset.models import Override, RuleSet
 from webhook.ruleset.quotas import QuotasIn, budget_plans, disagreements
 from webhook.ruleset.resolve import resolve
-from webhook.selectors import matches_any
 
 __all__ = ["check", "conflicts", "explain", "schema", "test"]
 

@@ -19,10 +19,10 @@ from typing import TypeVar
 from webhook.celtext import name_test, q, qlist
 from webhook.engine.compiled import CompiledRuleSet
 from webhook.engine.workloads import Workload, WorkloadTable
+from webhook.namepatterns import is_pattern
 from webhook.ruleset.defaults import DEFAULT_DEVICE_PATHS
 from webhook.ruleset.models import RuleSet
 from webhook.ruleset.workloads import LIST_ITEMS, MAP_VALUES
-from webhook.selectors import is_pattern
 
 __all__ = ["gpu_workload_condition", "render_webhooks"]
 

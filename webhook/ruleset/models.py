@@ -17,6 +17,7 @@ from pydantic import (
 )
 
 from webhook.modelerrors import Invalid, Nested
+from webhook.namepatterns import NamePatterns, is_pattern
 from webhook.ruleset.defaults import (
     DEFAULT_GPU_RESOURCES,
 )
@@ -30,7 +31,7 @@ from webhook.ruleset.rulemodels import (
     TolerationSpec,
 )
 from webhook.ruleset.workloads import WorkloadKind
-from webhook.selectors import LabelSelector, NamePatterns, is_pattern
+from webhook.selectors import LabelSelector
 
 __all__ = [
     "RULE_IDS",

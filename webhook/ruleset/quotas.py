@@ -17,9 +17,9 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from webhook.namepatterns import is_pattern
 from webhook.quantity import Amount, show
 from webhook.ruleset.models import QuotaBudget, RuleSet
-from webhook.selectors import is_pattern
 
 __all__ = [
     "DRA_QUOTA_SUFFIX",

@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from webhook.namepatterns import NamePatterns, is_pattern
 from webhook.quantity import parse_quantity
 from webhook.ruleset.models import Override, RuleSet, RuleSettings
-from webhook.selectors import LabelSelector, NamePatterns, is_pattern
+from webhook.selectors import LabelSelector
 
 __all__ = ["Matchers", "OverrideMatcher", "Resolved", "applicable", "matchers", "merge", "resolve"]
 

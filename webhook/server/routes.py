@@ -19,19 +19,39 @@ __all__ = ["Answer", "Handler", "Request", "Routes", "encode_answer", "error"]
 log = logging.getLogger("gpu-admission")
 
 
-@dataclass(frozen=True, slots=True)
+# One of each per request. Their __init__ is written out (init=False): compiled, the one
+# `dataclass` generates runs as interpreted Python, several times the cost. Never edited after
+# they are built.
+@dataclass(slots=True, init=False)
 class Request:
     method: str
     path: str
     body: bytes | bytearray  # a bytearray when it came in pieces: read in place, never copied
 
+    def __init__(self, method: str, path: str, body: bytes | bytearray) -> None:
+        self.method = method
+        self.path = path
+        self.body = body
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True, init=False)
 class Answer:
     status: int
     body: bytes
-    content_type: str = "application/json"
-    close: bool = False  # close the connection once this answer is written
+    content_type: str
+    close: bool  # close the connection once this answer is written
+
+    def __init__(
+        self,
+        status: int,
+        body: bytes,
+        content_type: str = "application/json",
+        close: bool = False,
+    ) -> None:
+        self.status = status
+        self.body = body
+        self.content_type = content_type
+        self.close = close
 
 
 def error(status: int, reason: str, *, close: bool = False) -> Answer:

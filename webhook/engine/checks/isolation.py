@@ -378,6 +378,17 @@ def normalise(path: str) -> str:
     """The path the kubelet mounts: `//`, `/./` and `..` resolved, trailing slash dropped."""
     if not path:
         return path
+    # Nearly every mount path is already in this form: only a relative one, or one with an
+    # empty, `.` or `..` segment, can change (`/root/.cache` cannot).
+    if (
+        path[0] == "/"
+        and path[-1] != "/"
+        and "//" not in path
+        and "/./" not in path
+        and "/../" not in path
+        and not path.endswith(("/.", "/.."))
+    ):
+        return path
     out = posixpath.normpath(path)
     return "/" + out.lstrip("/") if out.startswith("//") else out
 

@@ -11,8 +11,8 @@ from webhook.engine import claims
 from webhook.engine.context import Context
 from webhook.engine.findings import Finding
 from webhook.engine.podviews import PodView
+from webhook.namepatterns import NamePatterns
 from webhook.ruleset.models import RuleSettings, TolerationSpec
-from webhook.selectors import NamePatterns
 
 __all__ = [
     "Prepared",

@@ -24,9 +24,9 @@ from webhook.engine.totals import Totals
 from webhook.facts.dra import DraFacts
 from webhook.facts.model import GPU_PRODUCT_LABEL, Facts, NodeIndex, Usage
 from webhook.facts.nodematch import Placement
+from webhook.namepatterns import NamePatterns
 from webhook.quantity import Amount, show
 from webhook.ruleset.models import QuotaBudget, RuleSettings
-from webhook.selectors import NamePatterns
 
 __all__ = ["gpu_quota", "matching_budgets", "prepare"]
 

@@ -26,10 +26,12 @@ __all__ = ["SHM_PATH", "add_shm", "mounts_shm", "prepare", "runtime_shm_unknown"
 SHM_PATH = "/dev/shm"
 
 
-def prepare(settings: RuleSettings) -> tuple[Amount, int, int, int]:
-    """gpu-shm's sizes read once per rule set: (share of the memory limit, min, max, default
-    bytes)."""
-    return settings.gpu_shm.sizes()
+def prepare(settings: RuleSettings) -> tuple[int, int, int, int, int]:
+    """gpu-shm's sizes read once per rule set: the share of the memory limit as numerator and
+    denominator (a Fraction's are read by interpreted properties), then min, max and default
+    bytes."""
+    share, low, high, default = settings.gpu_shm.sizes()
+    return share.numerator, share.denominator, low, high, default
 
 
 def mounts_shm(container: dict[str, Any]) -> bool:
@@ -61,12 +63,12 @@ def shm_size(c: ContainerView, ctx: Context) -> int:
     A memory-backed emptyDir is charged to the pod's memory, so a size above the limit would
     let /dev/shm alone get the container OOM-killed.
     """
-    share, low, high, default = ctx.rules.shm_sizes
+    numerator, denominator, low, high, default = ctx.rules.shm_sizes
     exact = _memory_limit(c)
     if exact is None:
         return default
     limit = int(exact)  # whole bytes; integer arithmetic is what the hot path can afford
-    size = min(max(limit * share.numerator // share.denominator, low), high)
+    size = min(max(limit * numerator // denominator, low), high)
     # Whole mebibytes keep the emitted quantity readable (e.g. 1536Mi rather than a byte count).
     size = size // 2**20 * 2**20 or size
     return min(size, limit)
