@@ -38,7 +38,13 @@ def test_dra_objects_are_listed_then_followed_by_the_watch(server: FakeApiServer
     live.start()
     try:
         assert live.wait_synced(10)
-        eventually(lambda: (d := dra_of(live)) is not None and d.claims is not None)
+        # Each DRA kind is listed by its own thread, none of them part of `synced`.
+        eventually(
+            lambda: (
+                (d := dra_of(live)) is not None
+                and None not in (d.claims, d.device_classes, d.templates)
+            )
+        )
         facts = dra_of(live)
         assert facts is not None and facts.device_classes is not None
         assert facts.device_classes["h100-training"].drivers == ("gpu.nvidia.com",)
