@@ -8,6 +8,9 @@ decision logging as `serve` sets it up) in one process, fed whole requests as th
 sends them, under `valgrind --tool=callgrind`, twice: with N and with 2N reviews. The
 difference divided by N is what one review costs in user-space instructions, start-up and
 warm-up excluded. TLS, the kernel and the event loop are not in it (`bench/load.py` has them).
+With `--facts live` the `-facts` scenarios read the live cache instead, as `serve` in a cluster
+does: synced by list+watch from the same snapshot served as a cluster (bench/livefacts.py, a
+protocol-speaking fake API server in a process of its own, not counted).
 
 Run from the repository root against the build that ships:
 
@@ -76,11 +79,31 @@ def _http(endpoint: str, body: bytes) -> bytes:
     return head.encode() + body
 
 
-def run_child(scenario: str, endpoint: str, count: int) -> int:
+def _facts(source: str) -> tuple[Any, Any]:
+    """The cluster facts `serve` would judge with, and what to stop afterwards: the example
+    snapshot, or the live cache synced from it served as a cluster (bench/livefacts.py)."""
+    from webhook.server.app import cluster_source
+
+    if source == "snapshot":
+        return cluster_source(snapshot=REPO / "examples" / "cluster-snapshot.yaml"), None
+    import livefacts
+    from fake_apiserver import kubeconfig_for
+
+    server, url = livefacts.start()
+    kubeconfig = Path(tempfile.mkdtemp(prefix="gpu-admission-instructions-")) / "kubeconfig"
+    kubeconfig.write_text(kubeconfig_for(url))
+    facts = cluster_source(kubeconfig=kubeconfig)
+    facts.live.start()
+    if not facts.live.wait_synced(600):
+        raise SystemExit("the live cache did not sync")
+    return facts, server
+
+
+def run_child(scenario: str, endpoint: str, count: int, source: str = "snapshot") -> int:
     """Answer WARMUP + `count` reviews of `endpoint` (a /validate review carries the object
     as this webhook's /mutate left it, as the apiserver sends it)."""
     from webhook.logs import setup
-    from webhook.server.app import cluster_source, make_app
+    from webhook.server.app import make_app
     from webhook.server.http1 import Connection
     from webhook.server.reload import RuleHolder
 
@@ -88,9 +111,7 @@ def run_child(scenario: str, endpoint: str, count: int) -> int:
     sc = next(s for s in SCENARIOS if s.name == scenario)
     holder = RuleHolder(source=REPO / "rules")
     holder.refresh()
-    facts = (
-        cluster_source(snapshot=REPO / "examples" / "cluster-snapshot.yaml") if sc.facts else None
-    )
+    facts, server = _facts(source) if sc.facts else (None, None)
     transport = _Transport()
     conn = Connection(_Owner(), make_app(holder, facts))
     conn.connection_made(transport)  # type: ignore[arg-type]
@@ -112,13 +133,16 @@ def run_child(scenario: str, endpoint: str, count: int) -> int:
     for request in requests:
         conn.data_received(request)
     last = orjson.loads(transport.out[-1].split(b"\r\n\r\n", 1)[1])
+    if server is not None:
+        facts.live.stop()
+        server.communicate("")
     if "response" not in last:
         print(f"the webhook did not answer a review: {last}", file=sys.stderr)
         return 1
     return 0
 
 
-def _collected(scenario: str, endpoint: str, count: int, tmp: Path) -> int:
+def _collected(scenario: str, endpoint: str, count: int, tmp: Path, source: str) -> int:
     """User-space instructions of one child process answering WARMUP + `count` reviews."""
     log = tmp / f"valgrind.{count}"
     proc = subprocess.run(
@@ -133,6 +157,8 @@ def _collected(scenario: str, endpoint: str, count: int, tmp: Path) -> int:
             scenario,
             endpoint,
             str(count),
+            "--facts",
+            source,
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,  # the decision log lines
@@ -155,27 +181,38 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--requests", type=int, default=1000, help="N (default 1000)")
     p.add_argument(
+        "--facts",
+        choices=["snapshot", "live"],
+        default="snapshot",
+        help="where the -facts scenarios' cluster facts come from: the example snapshot "
+        "(default), or the live cache synced by list+watch from that snapshot served as a "
+        "cluster (bench/livefacts.py)",
+    )
+    p.add_argument(
         "--child", nargs=3, metavar=("SCENARIO", "ENDPOINT", "COUNT"), help=argparse.SUPPRESS
     )
     args = p.parse_args(argv)
     if args.child:
         scenario, endpoint, count = args.child
-        return run_child(scenario, endpoint, int(count))
+        return run_child(scenario, endpoint, int(count), args.facts)
     if shutil.which("valgrind") is None:
         print("bench/instructions.py needs valgrind: apt-get install valgrind", file=sys.stderr)
         return 2
     names = args.scenario or ["gpu-pod-facts", "gpu-pod-denied"]
     from webhook.engine.build import engine_build
 
-    print(f"instructions per review, engine {engine_build()}, N = {args.requests}")
+    print(
+        f"instructions per review, engine {engine_build()}, N = {args.requests}, "
+        f"cluster facts: {'the live cache' if args.facts == 'live' else 'the example snapshot'}"
+    )
     print("| scenario | endpoint | instructions per review |")
     print("| --- | --- | ---: |")
     with tempfile.TemporaryDirectory(prefix="gpu-admission-instructions-") as tmp_s:
         tmp = Path(tmp_s)
         for name in names:
             for endpoint in next(s for s in SCENARIOS if s.name == name).endpoints:
-                once = _collected(name, endpoint, args.requests, tmp)
-                twice = _collected(name, endpoint, 2 * args.requests, tmp)
+                once = _collected(name, endpoint, args.requests, tmp, args.facts)
+                twice = _collected(name, endpoint, 2 * args.requests, tmp, args.facts)
                 print(f"| {name} | {endpoint} | {(twice - once) / args.requests:,.0f} |")
     print(f"\nCommand: `{' '.join(['bench/instructions.py', *(argv or sys.argv[1:])])}`")
     return 0
