@@ -55,6 +55,9 @@ COMPILED = [
     "webhook/facts/reservations.py",
     "webhook/facts/static.py",
     "webhook/facts/servingruntimes.py",
+    # What the live cache keeps of each object, read page by page on a relist.
+    "webhook/facts/objects.py",
+    "webhook/facts/relist.py",
     # The server's side of a review: HTTP/1.1 parsing and answers, the review route, the
     # response, the metrics. (review.py stays interpreted: msgspec reads its structs'
     # annotations at run time.)

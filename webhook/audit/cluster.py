@@ -77,7 +77,7 @@ def list_workloads(
     for api_name, all_ns, one_ns, api_version, kind in WORKLOADS:
         api = getattr(client, api_name)(api_client)
         fn = getattr(api, one_ns if namespace else all_ns)
-        kwargs = {"namespace": namespace} if namespace else {}
+        kwargs: dict[str, Any] = {"namespace": namespace} if namespace else {}
         for items, _ in pages(fn, page_size, **kwargs):
             for obj in items:
                 if progress is not None:

@@ -57,6 +57,7 @@ from webhook.facts.model import (
     Quota,
     Usage,
 )
+from webhook.facts.podpages import decode_pod_page
 from webhook.facts.relist import Fresh, Shapes
 from webhook.facts.reservations import Reservations
 from webhook.facts.watched import (
@@ -144,7 +145,7 @@ class LiveCache:
     # ---- FactsSource -----------------------------------------------------------------
     # Writers replace values (a namespace's usage, the class map, the node index) rather than
     # edit them, so the `Facts` a request takes stays consistent while the watch goes on.
-    # Every review reads here: lookups only, no walk over kinds (bench/cache.py).
+    # Every review reads here: lookups only (`bench/instructions.py --facts live`).
 
     def node_index(self) -> NodeIndex:
         return self._node_index
@@ -317,7 +318,9 @@ class LiveCache:
         fresh = Fresh(self._node_product)
         count, version = 0, ""
         size = min(self.page_size, kind.max_page or self.page_size)
-        for items, meta in pages(self._list_fn(kind), size):
+        # Pods: only the fields a summary reads are decoded (most of a relist's work).
+        decode = decode_pod_page if kind.name == "pods" else orjson.loads
+        for items, meta in pages(self._list_fn(kind), size, decode=decode):
             for obj in items:
                 fresh.add(kind.name, obj)
                 count += 1

@@ -84,12 +84,17 @@ SERVING_KINDS = tuple(
 
 
 def pages(
-    fn: Callable[..., Any], page_size: int, **kwargs: Any
+    fn: Callable[..., Any],
+    page_size: int,
+    *,
+    decode: Callable[[bytes], dict[str, Any]] = orjson.loads,
+    **kwargs: Any,
 ) -> Iterator[tuple[list[dict[str, Any]], dict[str, Any]]]:
     """(items, list metadata) of each page of a paged list (`limit` + `continue`).
 
-    Raw JSON through orjson, not the client's models: a page of 500 pods deserialised into
-    V1Pod objects costs seconds. The last page's metadata holds the list's resourceVersion.
+    Raw JSON through orjson (or `decode`, which may keep less of each object), not the
+    client's models: a page of 500 pods deserialised into V1Pod objects costs seconds. The
+    last page's metadata holds the list's resourceVersion.
     """
     token: str | None = None
     while True:
@@ -98,7 +103,7 @@ def pages(
             args["_continue"] = token
         resp = fn(**args)
         try:
-            body = orjson.loads(resp.data)
+            body = decode(resp.data)
         finally:
             resp.release_conn()
         meta = body.get("metadata") or {}
