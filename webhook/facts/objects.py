@@ -55,7 +55,8 @@ def pod_summary(pod: dict[str, Any], node_product: Callable[[str], str]) -> PodG
     """A pod as the quota rules need it, or None when it holds no extended resources.
 
     Counted as the scheduler and ResourceQuota count it (`effective_request`): sidecars add
-    to the regular containers, ordinary init containers take the maximum.
+    to the regular containers, ordinary init containers take the maximum. A relist hands it
+    only the fields `podpages.py` decodes: a field read here must be declared there too.
     """
     spec = pod.get("spec") or {}
     regular = [_asks(c) for c in spec.get("containers") or []]
