@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -79,24 +80,33 @@ def _http(endpoint: str, body: bytes) -> bytes:
     return head.encode() + body
 
 
-def _facts(source: str) -> tuple[Any, Any]:
-    """The cluster facts `serve` would judge with, and what to stop afterwards: the example
-    snapshot, or the live cache synced from it served as a cluster (bench/livefacts.py)."""
+def _facts(source: str) -> tuple[Any, Callable[[], None]]:
+    """The cluster facts `serve` would judge with, and what ends them: the example snapshot,
+    or the live cache synced from it served as a cluster (bench/livefacts.py)."""
     from webhook.server.app import cluster_source
 
     if source == "snapshot":
-        return cluster_source(snapshot=REPO / "examples" / "cluster-snapshot.yaml"), None
+        facts = cluster_source(snapshot=REPO / "examples" / "cluster-snapshot.yaml")
+        return facts, lambda: None
     import livefacts
     from fake_apiserver import kubeconfig_for
 
     server, url = livefacts.start()
-    kubeconfig = Path(tempfile.mkdtemp(prefix="gpu-admission-instructions-")) / "kubeconfig"
+    tmp = tempfile.TemporaryDirectory(prefix="gpu-admission-instructions-")
+    kubeconfig = Path(tmp.name) / "kubeconfig"
     kubeconfig.write_text(kubeconfig_for(url))
     facts = cluster_source(kubeconfig=kubeconfig)
     facts.live.start()
+
+    def end() -> None:
+        facts.live.stop()
+        server.communicate("")
+        tmp.cleanup()
+
     if not facts.live.wait_synced(600):
+        end()
         raise SystemExit("the live cache did not sync")
-    return facts, server
+    return facts, end
 
 
 def run_child(scenario: str, endpoint: str, count: int, source: str = "snapshot") -> int:
@@ -111,7 +121,7 @@ def run_child(scenario: str, endpoint: str, count: int, source: str = "snapshot"
     sc = next(s for s in SCENARIOS if s.name == scenario)
     holder = RuleHolder(source=REPO / "rules")
     holder.refresh()
-    facts, server = _facts(source) if sc.facts else (None, None)
+    facts, end = _facts(source) if sc.facts else (None, lambda: None)
     transport = _Transport()
     conn = Connection(_Owner(), make_app(holder, facts))
     conn.connection_made(transport)  # type: ignore[arg-type]
@@ -133,9 +143,7 @@ def run_child(scenario: str, endpoint: str, count: int, source: str = "snapshot"
     for request in requests:
         conn.data_received(request)
     last = orjson.loads(transport.out[-1].split(b"\r\n\r\n", 1)[1])
-    if server is not None:
-        facts.live.stop()
-        server.communicate("")
+    end()
     if "response" not in last:
         print(f"the webhook did not answer a review: {last}", file=sys.stderr)
         return 1
