@@ -33,7 +33,6 @@ reduces them: which runtime an InferenceService predictor uses, and whether it b
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import threading
 import time
@@ -45,6 +44,7 @@ from typing import Any
 import orjson
 
 from webhook.facts import dra, objects, servingruntimes
+from webhook.facts.client import list_call
 from webhook.facts.model import (
     EMPTY_USAGE,
     GPU_PRODUCT_LABEL,
@@ -235,18 +235,6 @@ class LiveCache:
 
     # ---- the informer loop ------------------------------------------------------------
 
-    def _list_fn(self, kind: Kind) -> Callable[..., Any]:
-        from kubernetes import client
-
-        if kind.api == "custom":
-            custom = client.CustomObjectsApi(self.api_client)
-            return functools.partial(
-                getattr(custom, kind.method), kind.group, kind.version, kind.name
-            )
-        api = client.CoreV1Api if kind.api == "core" else client.SchedulingV1Api
-        fn: Callable[..., Any] = getattr(api(self.api_client), kind.method)
-        return fn
-
     def _not_served(self, kind: Kind, exc: Exception) -> bool:
         """Whether an autoscaler kind's failure is the answer rather than an error: 404 (the
         CRD is not installed: it holds nothing) or 403 (not allowed: unknown, warned)."""
@@ -320,7 +308,7 @@ class LiveCache:
         size = min(self.page_size, kind.max_page or self.page_size)
         # Pods: only the fields a summary reads are decoded (most of a relist's work).
         decode = decode_pod_page if kind.name == "pods" else orjson.loads
-        for items, meta in pages(self._list_fn(kind), size, decode=decode):
+        for items, meta in pages(list_call(self.api_client, kind), size, decode=decode):
             for obj in items:
                 fresh.add(kind.name, obj)
                 count += 1
@@ -338,7 +326,7 @@ class LiveCache:
 
     def _watch(self, kind: Kind, version: str) -> str:
         """One watch request; returns the resourceVersion to resume from when it ends."""
-        fn = self._list_fn(kind)
+        fn = list_call(self.api_client, kind)
         resp = fn(
             watch=True,
             resource_version=version,
