@@ -155,6 +155,10 @@ class PodView:
     # several rules that ask. Not an __init__ field: a `dataclasses.replace` copy (other
     # containers) starts without it.
     gpus_held: dict[str, Amount] | None = field(default=None, init=False, repr=False)
+    # Why it looks like a device plugin or node agent (`isolation.node_agent`), asked by every
+    # finding's fix: worked out once per pod spec (a 1-tuple once known), since the answer
+    # walks every container, volume and label. Not an __init__ field, like gpus_held.
+    agent: tuple[str | None] | None = field(default=None, init=False, repr=False)
     # The pod's (or template's) annotations: GPU-sharing schedulers read their asks there.
     annotations: dict[str, Any] = field(default_factory=dict)
 
@@ -191,6 +195,7 @@ class PodView:
         self.runtime = runtime
         self.resource_claims = resource_claims
         self.gpus_held = None
+        self.agent = None
         self.annotations = {} if annotations is None else annotations
 
     @property

@@ -127,10 +127,19 @@ def _exemption(pod: PodView, ctx: Context, why: str) -> str:
     )
 
 
+def _agent(pod: PodView) -> str | None:
+    """`node_agent(pod)`, worked out once per pod spec: every finding's fix asks it, and the
+    answer walks the whole pod (asked per finding, C containers with a finding each cost C²)."""
+    known = pod.agent
+    if known is None:
+        known = pod.agent = (node_agent(pod),)
+    return known[0]
+
+
 def _fix(pod: PodView, ctx: Context, fix: str, *, system: bool = True) -> str:
     """A denial's fix: for a device plugin or node agent, the exemption that lets it run,
     then the usual fix in case it is not one; for anything else the usual fix."""
-    why = node_agent(pod)
+    why = _agent(pod)
     if why is None:
         return fix + SYSTEM if system else fix
     return f"{_exemption(pod, ctx, why)}. If it is not one: {fix}"
