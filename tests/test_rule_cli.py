@@ -88,13 +88,18 @@ def test_a_team_rule_file_beside_the_shipped_one_keeps_the_shipped_cases_green(
     )
 
 
-def test_check_says_a_pod_label_exemption_never_covers_gpu_access(tmp_path: Path) -> None:
+def test_check_says_what_a_pod_label_exemption_relaxes(tmp_path: Path) -> None:
     (tmp_path / "r.yaml").write_text(
         "exemptions:\n  podSelector: {matchLabels: {app: dcgm-exporter}}\n"
     )
     result = run("check", str(tmp_path))
     assert result.returncode == 0, result.stdout
-    assert "podSelector does not exempt pods from the GPU-access rules" in result.stdout
+    assert "podSelector relaxes only the rules about the pod's own shape and hygiene" in (
+        result.stdout
+    )
+    assert "GPU access, budgets, ResourceQuotas, priority and schedulability are judged" in (
+        result.stdout
+    )
     assert "valid rule set" in result.stdout
     assert "podSelector" not in run("check", "rules").stdout  # said only when it is used
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from enum import Enum
 from typing import Any
 
-from webhook.engine import claims
+from webhook.engine import claims, exempt
 from webhook.engine.accounting import hold_reach, object_totals, pod_gpus
 from webhook.engine.checks import ISOLATION_RULES, Mutation, Validation
 from webhook.engine.compiled import CompiledRules, CompiledRuleSet
@@ -93,22 +93,6 @@ def _evaluate(
     )
 
 
-def _exempt(view: PodView, namespace: str, rules: CompiledRuleSet) -> PodView | None:
-    """The view as exemptions leave it: None when exempt from everything.
-
-    Labels are the pod author's to set, so a podSelector exemption never covers the GPU-access
-    rules; only namespaces and service accounts (which the platform team grants) exempt a pod
-    from those.
-    """
-    if rules.exempt_accounts is not None and rules.exempt_account(
-        namespace, view.spec.get("serviceAccountName") or "default"
-    ):
-        return None
-    if rules.exempt_pods is not None and rules.exempt_pods.matches(view.labels):
-        return dataclasses.replace(view, isolation_only=True)
-    return view
-
-
 def _new_ephemeral(subject: Subject, views: list[PodView]) -> list[PodView]:
     """pods/ephemeralcontainers: judge only the containers this update adds, for GPU access."""
     old = subject.old_obj if isinstance(subject.old_obj, dict) else {}
@@ -157,7 +141,7 @@ def _scope(
     elif subject.operation == "UPDATE" and views and subject.old_obj is not None:
         old_specs = {v.pointer: v.spec for v in _old_views(subject, compiled, rules)}
         views = [v for v in views if old_specs.get(v.pointer) != v.spec]
-    kept = (_exempt(v, subject.namespace, rules) for v in views)
+    kept = (exempt.scoped(v, subject.namespace, rules) for v in views)
     return compiled, [v for v in kept if v is not None]
 
 
@@ -190,7 +174,8 @@ def _mutate(
         # GPU pods get every mutation; other pods (and pods judged for GPU access only) get
         # those that decide for themselves, like hiding the GPUs from a pod that can reach them.
         full = view.asks_gpu and not view.isolation_only
-        todo = [m for m in mutations if full or m.any_pod]
+        relaxed = view.relaxed
+        todo = [m for m in mutations if (full or m.any_pod) and m.rule not in relaxed]
         if not todo:
             continue
         work = working_copy(view.spec, (c.slot for c in view.containers))
@@ -215,6 +200,8 @@ def _validate(
             if validation.gpu_only and not gpu:
                 continue
             if view.isolation_only and validation.rule not in ISOLATION_RULES:
+                continue
+            if validation.rule in view.relaxed:
                 continue
             out.extend((f, mode) for f in validation.check(view, ctx))
     return out

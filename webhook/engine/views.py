@@ -136,8 +136,7 @@ class PodView:
     owner_kinds: tuple[str, ...]
     containers: tuple[ContainerView, ...] = field(default=())
     replicas: int = 1  # pods this template stands for at once (replicas, parallelism)
-    # Only the GPU-access rules apply: the pod is exempt by its labels (which its author
-    # controls), or this is an ephemeral-container update of a running pod.
+    # Only the GPU-access rules apply: an ephemeral-container update of a running pod.
     isolation_only: bool = False
     # The containers being judged (their slots); None: all. An ephemeral-container update
     # judges only the containers it adds.
@@ -161,6 +160,9 @@ class PodView:
     agent: tuple[str | None] | None = field(default=None, init=False, repr=False)
     # The pod's (or template's) annotations: GPU-sharing schedulers read their asks there.
     annotations: dict[str, Any] = field(default_factory=dict)
+    # Rules (validations and mutations) an exemption relaxes for this pod spec
+    # (`webhook.ruleset.relaxing`): a label, a built-in component, a named workload.
+    relaxed: frozenset[str] = frozenset()
 
     def __init__(
         self,
@@ -179,6 +181,7 @@ class PodView:
         runtime: bool = False,
         resource_claims: tuple[tuple[str, str, str], ...] = (),
         annotations: dict[str, Any] | None = None,
+        relaxed: frozenset[str] = frozenset(),
     ) -> None:
         self.spec = spec
         self.pointer = pointer
@@ -197,6 +200,7 @@ class PodView:
         self.gpus_held = None
         self.agent = None
         self.annotations = {} if annotations is None else annotations
+        self.relaxed = relaxed
 
     @property
     def asks_gpu(self) -> bool:

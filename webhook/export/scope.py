@@ -124,8 +124,8 @@ def _exempt(rules: CompiledRuleSet) -> tuple[str, str]:
     By the namespace's labels (`namespaceObject`: the webhook reads them from its cluster
     facts; null for a cluster-scoped object, which matches no selector then); by the pod's
     service account (`namespace/name`, `default` when unset); by the pod's labels, which
-    exempt from every exported rule (a podSelector never covers only the GPU-access rules,
-    none of which is exported).
+    exempt from every exported rule (each is one about the pod's own shape and hygiene, which
+    is all a podSelector relaxes: `webhook.ruleset.relaxing.BY_LABEL`).
     """
     ex = rules.source.exemptions
     whole = "false"

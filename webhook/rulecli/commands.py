@@ -11,6 +11,7 @@ from typing import Any, TextIO
 from webhook.engine.compiled import compile_rules
 from webhook.namepatterns import matches_any
 from webhook.rulecli.cases import load_cases, run_case
+from webhook.rulecli.exemptnotes import exemption_notes
 from webhook.rulecli.webhooks import render_webhooks
 from webhook.ruleset.defaults import DEFAULT_EXEMPT_NAMESPACES
 from webhook.ruleset.files import LoadedRules, RuleFileError, load_rules_with_sources
@@ -111,13 +112,8 @@ def check(folder: Path | None, out: TextIO, quotas_in: QuotasIn | None = None) -
     if ties:
         return 1
     rs = loaded.rules
-    if rs.exemptions.pod_selector is not None:
-        print(
-            f"note: {folder}: exemptions.podSelector does not exempt pods from the GPU-access "
-            "rules (visible-devices, privileged-gpu, host-gpu-devices): a pod's author sets its "
-            "labels. Exempt system pods by namespace or serviceAccounts instead.",
-            file=out,
-        )
+    for line in exemption_notes(rs):
+        print(f"note: {folder}: {line}", file=out)
     if rs.workloads:
         kinds = ", ".join(f"{w.kind}.{w.group or 'core'}" for w in rs.workloads)
         print(

@@ -56,14 +56,15 @@ class Exemptions(StrictModel):
     # Needs namespace labels: known with a cluster snapshot or the live cache.
     namespace_selector: LabelSelector | None = None
     # Labels of the pod (or of the controller's pod template). The pod's author sets them, so
-    # they never exempt from the GPU-access rules (visible-devices, privileged-gpu,
-    # host-gpu-devices): only namespaces and service accounts do.
+    # they relax only the rules about the pod's own shape and hygiene (`relaxing.BY_LABEL`).
     pod_selector: LabelSelector | None = Field(
         default=None,
         description=(
-            "Labels of the pod (or of the controller's pod template). Never exempts from the "
-            "GPU-access rules (visible-devices, privileged-gpu, host-gpu-devices): a pod's "
-            "author sets its labels. Use namespaces or serviceAccounts for those."
+            "Labels of the pod (or of the controller's pod template). Relaxes only the rules "
+            "about the pod's own shape and hygiene (requests and limits, whole quantities, MIG "
+            "mixing, memory limit, readiness probe, init containers, /dev/shm, tolerations, "
+            "probe delays): a pod's author sets its labels, so GPU access, budgets, "
+            "ResourceQuotas, priority and schedulability are judged as for any pod."
         ),
     )
     # "namespace/name" of the pod's spec.serviceAccountName; patterns allowed ("gpu-*/ *").
