@@ -96,7 +96,9 @@ def test_a_product_budget_applies_to_pods_pinned_to_that_product(hook: Webhook) 
     pinned = pod(3, nodeSelector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"})
     verdict = judge(hook, pinned, namespace="research")
     assert not verdict.allowed
-    assert "uses 0 of 2 nvidia.com/gpu on NVIDIA-H100-80GB-HBM3" in verdict.message
+    assert "at 2 nvidia.com/gpu on NVIDIA-H100-80GB-HBM3 together and they use 0" in (
+        verdict.message
+    )
     elsewhere = pod(3, nodeSelector={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"})
     assert judge(hook, elsewhere, namespace="research").allowed  # pinned elsewhere: no H100 cap
 
@@ -105,7 +107,7 @@ def test_a_product_budget_applies_to_pods_that_could_land_on_that_product(hook: 
     """No selector is no way around the H100 cap: the scheduler may pick an H100 node."""
     verdict = judge(hook, pod(3), namespace="research")
     assert not verdict.allowed
-    assert "uses 0 of 2 nvidia.com/gpu on NVIDIA-H100-80GB-HBM3; this pod asks 3" in (
+    assert "on NVIDIA-H100-80GB-HBM3 together and they use 0 (research 0); this pod asks 3" in (
         verdict.message
     )
     assert "could be scheduled onto NVIDIA-H100-80GB-HBM3" in verdict.message

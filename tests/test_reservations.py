@@ -25,6 +25,7 @@ from webhook.facts.model import (
     Usage,
 )
 from webhook.facts.reservations import Reservations, ReservingFacts
+from webhook.facts.usages import NamespaceUsages
 
 GPU = "nvidia.com/gpu"
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -236,6 +237,7 @@ def test_facts_with_holds_keep_all_else_the_source_said() -> None:
         serving_runtimes=ServingRuntimes({}, {}),
         dra=DraFacts(None, None, None, {}),
         unheld=Usage(by_resource={"other.com/gpu": Fraction(1)}, by_product={}),
+        usages=NamespaceUsages(lambda: {}, lambda: {}),
     )
     for f in dataclasses.fields(Facts):
         if f.default is not dataclasses.MISSING:
@@ -249,7 +251,8 @@ def test_facts_with_holds_keep_all_else_the_source_said() -> None:
     r.hold(pod("a", 2))
     got = ReservingFacts(Source(), r).facts_for("ml")
     assert got.usage.by_resource[GPU] == 5
-    assert got == dataclasses.replace(full, usage=got.usage, unheld=None)
+    assert got == dataclasses.replace(full, usage=got.usage, unheld=None, usages=got.usages)
+    assert got.usages is not None and got.usages.usage("ml").by_resource[GPU] == 2
     assert full.usage.by_resource[GPU] == 3  # the source's facts are left as they were
 
 

@@ -10,7 +10,7 @@ from their bounded lookup tables.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from webhook.engine.checks import (
     MUTATIONS,
@@ -27,7 +27,7 @@ from webhook.engine.prefilter import gated, markers, might_apply
 from webhook.engine.sharing import SharingSchedulers
 from webhook.engine.workloads import workload_table
 from webhook.namepatterns import NamePatterns
-from webhook.ruleset.models import RuleSet, RuleSettings
+from webhook.ruleset.models import QuotaBudget, RuleSet, RuleSettings
 from webhook.ruleset.resolve import applicable, matchers, merge
 
 __all__ = ["CompiledRuleSet", "CompiledRules", "compile_rules"]
@@ -72,6 +72,9 @@ class CompiledRules:
         self.tolerations, self.class_tolerations, self.taint_keys = placement.prepare(self.settings)
         self.shm_sizes = shm.prepare(self.settings)
         self.budgets = quota.prepare(self.settings)
+        # The rules in force in another namespace (`CompiledRuleSet.for_namespace`); None while
+        # the rule set has no overrides, when every namespace has these same budgets.
+        self.rules_for: Callable[[str, Mapping[str, str] | None], CompiledRules] | None = None
         (
             self.gpu_label_prefixes,
             self.provisionable,
@@ -98,6 +101,18 @@ class CompiledRules:
         """A validation's mode under the global ceiling (OFF for unknown ids)."""
         return self.modes.get(rule, Mode.OFF)
 
+    def budget_in(
+        self, budget: QuotaBudget, namespace: str, labels: Mapping[str, str] | None
+    ) -> bool:
+        """Whether `budget` is in force in `namespace` too: a budget an override sets is in
+        force only where the override applies (its own namespaces and selector are the
+        caller's to test)."""
+        rules_for = self.rules_for
+        if rules_for is None:
+            return True
+        there = rules_for(namespace, labels)
+        return there is self or any(b == budget for b, _ in there.budgets)
+
 
 class CompiledRuleSet:
     """A whole loaded rule set: exemptions, and the compiled rules for each namespace shape."""
@@ -111,6 +126,8 @@ class CompiledRuleSet:
         self.exempt_accounts = NamePatterns(ex.service_accounts) if ex.service_accounts else None
         self._matchers = matchers(ruleset)
         self.base = CompiledRules(merge(ruleset, ()).rules if ruleset.overrides else ruleset)
+        if self._matchers:
+            self.base.rules_for = self.for_namespace
         self._by_shape: dict[tuple[int, ...], CompiledRules] = {(): self.base}
         self._shape_of: dict[tuple[str, tuple[tuple[str, str], ...] | None], tuple[int, ...]] = {}
         self.markers = markers(ruleset)
@@ -156,6 +173,7 @@ class CompiledRuleSet:
             if len(self._by_shape) >= _TABLE_LIMIT:
                 self._by_shape = {(): self.base}
             rules = self._by_shape[shape] = CompiledRules(merge(self.source, shape).rules)
+            rules.rules_for = self.for_namespace
         return rules
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Protocol
 
 from webhook.engine.totals import Totals
@@ -45,6 +46,9 @@ class RulesInForce(Protocol):
     def shm_sizes(self) -> tuple[int, int, int, int, int]: ...
     @property
     def budgets(self) -> tuple[tuple[QuotaBudget, NamePatterns | None], ...]: ...
+    def budget_in(
+        self, budget: QuotaBudget, namespace: str, labels: Mapping[str, str] | None
+    ) -> bool: ...
     @property
     def gpu_label_prefixes(self) -> tuple[str, ...]: ...
     @property

@@ -274,6 +274,11 @@ class DraCache:
             claim_devices=self._devices.get(namespace, _EMPTY),
         )
 
+    def claim_devices(self) -> Mapping[str, Mapping[str, Amount]]:
+        """Devices the ResourceClaims of each namespace take, by class key (never edited
+        in place: a claim's event replaces its namespace's value)."""
+        return self._devices
+
     def replace(self, kind: str, items: Iterable[tuple[str, str, Any]]) -> None:
         """A whole list of `kind` (`reduce`d): what was there before is gone."""
         if kind == "deviceclasses":

@@ -60,6 +60,7 @@ from webhook.facts.model import (
 from webhook.facts.podpages import decode_pod_page
 from webhook.facts.relist import Fresh, Shapes
 from webhook.facts.reservations import Reservations
+from webhook.facts.usages import NamespaceUsages
 from webhook.facts.watched import (
     DRA_KINDS,
     KINDS,
@@ -128,6 +129,9 @@ class LiveCache:
         self._absent: set[str] = set()
         self._provisionable: tuple[Node, ...] | None = None  # rebuilt whole on each change
         self._dra = dra.DraCache()  # DeviceClasses, claim templates and claims
+        self._usages = NamespaceUsages(
+            lambda: self._usage, lambda: self._namespaces, self._dra.claim_devices
+        )
         self._runtimes = servingruntimes.RuntimeStore()  # KServe's serving runtimes
         self._lock = threading.Lock()  # writers only; readers take references to whole values
         self._contact: dict[str, float] = {}  # kind -> monotonic time of last sign of life
@@ -168,6 +172,8 @@ class LiveCache:
             self._provisionable,
             self._runtimes.facts_for(namespace),  # serving_runtimes
             self._dra.facts_for(namespace),  # dra
+            None,  # unheld: holds are ReservingFacts' to add
+            self._usages,  # every namespace's, for budgets over several
         )
 
     def age_seconds(self) -> float | None:

@@ -22,6 +22,7 @@ __all__ = [
     "VISIBLE_DEVICES",
     "Facts",
     "FactsSource",
+    "HeldIn",
     "ModelFormat",
     "Node",
     "NodeIndex",
@@ -31,6 +32,7 @@ __all__ = [
     "ServingRuntime",
     "ServingRuntimes",
     "Usage",
+    "Usages",
     "could_become_visible_devices",
     "visible_devices_keys",
 ]
@@ -156,6 +158,33 @@ class Usage:
 
 # Plain dicts, not defaultdicts: a read that misses must not add a key to the shared value.
 EMPTY_USAGE = Usage(by_resource={}, by_product={})
+
+
+class HeldIn(Protocol):
+    """This replica's holds (`webhook.facts.reservations.Reservations`), by namespace."""
+
+    def namespaces(self) -> list[str]: ...
+
+    def usage(self, namespace: str) -> Usage | None: ...
+
+
+class Usages(Protocol):
+    """What every namespace holds (`webhook.facts.usages.NamespaceUsages`): what a budget over
+    several namespaces reads of the namespaces besides the pod's own."""
+
+    def namespaces(self) -> list[str]:
+        """Every namespace that holds any GPU, device or hold."""
+        ...
+
+    def labels(self, namespace: str) -> Mapping[str, str] | None: ...
+
+    def usage(self, namespace: str) -> Usage:
+        """Its pods, claims and this replica's holds, every one of them."""
+        ...
+
+    def with_holds(self, holds: HeldIn) -> Usages:
+        """The same, counting this replica's holds too."""
+        ...
 
 
 def _is_gpu_label(key: str, prefixes: tuple[str, ...]) -> bool:
@@ -298,6 +327,9 @@ class Facts:
     # `usage` (the apiserver counts those exactly). A budget tighter than that quota is not
     # kept by it, so it adds these back. None: no such hold.
     unheld: Usage | None = None
+    # What every other namespace holds, for budgets over several namespaces. None: the source
+    # knows its namespaces one at a time only.
+    usages: Usages | None = None
 
     def __init__(
         self,
@@ -314,6 +346,7 @@ class Facts:
         serving_runtimes: ServingRuntimes | None = None,
         dra: DraFacts | None = None,
         unheld: Usage | None = None,
+        usages: Usages | None = None,
     ) -> None:
         self.namespace = namespace
         self.namespace_labels = namespace_labels
@@ -328,12 +361,16 @@ class Facts:
         self.serving_runtimes = serving_runtimes
         self.dra = dra
         self.unheld = unheld
+        self.usages = usages
 
     def priority_class(self, name: str) -> PriorityClass | None:
         return self.priority_classes.get(name)
 
-    def with_usage(self, usage: Usage, unheld: Usage | None = None) -> Facts:
-        """The same facts with another usage (this replica's holds added): a new value.
+    def with_usage(
+        self, usage: Usage, unheld: Usage | None = None, usages: Usages | None = None
+    ) -> Facts:
+        """The same facts with another usage (this replica's holds added), and `usages` when
+        given (the other namespaces' with the holds too): a new value.
 
         Field by field rather than `dataclasses.replace`, which reads the fields' metadata on
         every call, several µs a review in a namespace with holds."""
@@ -351,6 +388,7 @@ class Facts:
             self.serving_runtimes,
             self.dra,
             unheld,
+            self.usages if usages is None else usages,
         )
 
 

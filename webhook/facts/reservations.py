@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from webhook.facts.model import Facts, FactsSource, NodeIndex, PodGpus, Quota, Usage
+from webhook.facts.model import Facts, FactsSource, NodeIndex, PodGpus, Quota, Usage, Usages
 from webhook.quantity import Amount
 
 __all__ = ["Reservations", "ReservingFacts"]
@@ -223,6 +223,11 @@ class Reservations:
             recent, self._recent_unmatched = self._recent_unmatched, []
         return recent
 
+    def namespaces(self) -> list[str]:
+        """The namespaces with a hold right now (a copy, in no order)."""
+        with self._lock:
+            return list(self._namespaces)
+
     def usage(self, namespace: str) -> Usage | None:
         """The GPUs held in `namespace` right now (a copy), or None when nothing is."""
         if namespace not in self._namespaces:  # the common case, without the lock
@@ -287,11 +292,15 @@ class Reservations:
 
 
 class ReservingFacts:
-    """A source whose facts count this replica's holds in each namespace's usage."""
+    """A source whose facts count this replica's holds in each namespace's usage, and in what
+    a budget over several namespaces reads of the others (`Facts.usages`)."""
 
     def __init__(self, base: FactsSource, reservations: Reservations) -> None:
         self.base = base
         self.reservations = reservations
+        # The base's view of every namespace and the same with the holds, made once: a source
+        # hands out the same view with every Facts.
+        self._usages: tuple[Usages | None, Usages | None] = (None, None)
 
     def node_index(self) -> NodeIndex:
         return self.base.node_index()
@@ -301,7 +310,17 @@ class ReservingFacts:
         holds = self.reservations
         holds.expire()  # amortised O(1); exact even where no timer runs (tests, the CLI)
         usage, unheld = holds.added_to(facts.usage, namespace, facts.quotas)
-        return facts if usage is facts.usage else facts.with_usage(usage, unheld)
+        if not holds.count or facts.usages is None:
+            return facts if usage is facts.usage else facts.with_usage(usage, unheld)
+        return facts.with_usage(usage, unheld, self._held(facts.usages))
+
+    def _held(self, usages: Usages) -> Usages:
+        """`usages` counting the holds: made when the base hands out a new view."""
+        base, held = self._usages
+        if base is not usages or held is None:
+            held = usages.with_holds(self.reservations)
+            self._usages = (usages, held)
+        return held
 
 
 _DRA_QUOTA_SUFFIX = ".deviceclass.resource.k8s.io/devices"

@@ -25,6 +25,7 @@ from webhook.facts.model import (
     visible_devices_keys,
 )
 from webhook.facts.servingruntimes import RuntimeStore
+from webhook.facts.usages import NamespaceUsages
 
 __all__ = ["StaticSnapshot"]
 
@@ -89,6 +90,12 @@ class StaticSnapshot:
         self._provisionable = None if provisionable is None else tuple(provisionable)
         self._dra = dra_cache  # DeviceClasses, claim templates, claims; None: unknown
         self._runtimes = serving_runtimes  # KServe's; None: unknown
+        # What every namespace holds, for budgets over several namespaces.
+        self._usages = NamespaceUsages(
+            lambda: self._usage,
+            lambda: self._namespaces,
+            dra_cache.claim_devices if dra_cache is not None else lambda: {},
+        )
 
     def node_index(self) -> NodeIndex:
         return self._nodes
@@ -107,6 +114,7 @@ class StaticSnapshot:
             provisionable=self._provisionable,
             dra=None if self._dra is None else self._dra.facts_for(namespace),
             serving_runtimes=runtimes.facts_for(namespace) if runtimes is not None else None,
+            usages=self._usages,
         )
 
 

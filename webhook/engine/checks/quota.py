@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 from webhook.engine import claims
 from webhook.engine.accounting import pod_gpus, pod_product, pod_products
+from webhook.engine.checks.budgetsets import SetUsage, describe_set, set_usage, spans_several
 from webhook.engine.checks.trust import trusted_facts, unknown_facts
 from webhook.engine.context import Context
 from webhook.engine.findings import Finding
@@ -41,7 +42,8 @@ def prepare(settings: RuleSettings) -> tuple[tuple[QuotaBudget, NamePatterns | N
     )
 
 
-def matching_budgets(ctx: Context, facts: Facts) -> list[QuotaBudget]:
+def matching_budgets(ctx: Context, facts: Facts) -> list[tuple[QuotaBudget, NamePatterns | None]]:
+    """The budgets whose set holds the pod's namespace, each with its compiled names."""
     labels = facts.namespace_labels
     out = []
     for budget, names in ctx.rules.budgets:
@@ -51,7 +53,7 @@ def matching_budgets(ctx: Context, facts: Facts) -> list[QuotaBudget]:
             labels is None or not budget.namespace_selector.matches(labels)
         ):
             continue
-        out.append(budget)
+        out.append((budget, names))
     return out
 
 
@@ -92,6 +94,7 @@ def _product_fix(
     left: Amount,
     budget: QuotaBudget,
     others: list[str],
+    where: str,
 ) -> str:
     """How to get past a product cap: pin another product, ask less, wait, or raise it.
 
@@ -110,7 +113,7 @@ def _product_fix(
         )
     rest = (
         f"{pin}ask for at most {show(left)} {scope}, wait for running GPU pods in "
-        f"{ctx.namespace} to finish, or ask the platform team to raise budget {budget.name!r}"
+        f"{where} to finish, or ask the platform team to raise budget {budget.name!r}"
     )
     if node:
         why = f"the pod names node {node} ({GPU_PRODUCT_LABEL}: {product})"
@@ -140,19 +143,23 @@ def _over_budget(
     reach: frozenset[str],
     facts: Facts,
     devices: list[claims.NewDevices],
+    spread: SetUsage | None = None,
 ) -> Iterator[Finding]:
     """Usage + ask against one budget; for a controller, all its pods at once, as advice.
 
     A product cap applies to every product the pod could land on (`reach`): the pod must fit
     under each, since the scheduler may put it on any of them. A controller's budget-wide
     totals (`ctx.totals`) are judged once, on its lead template; a gang kind asking more than
-    the budget allows at all could never start, and is refused.
+    the budget allows at all could never start, and is refused. A budget over several
+    namespaces (`spread`) is judged against what its whole set holds.
     """
     totals = ctx.totals
     pods = pod.replicas if ctx.kind != "Pod" else 1
     what = "this pod asks {n}" if pods == 1 else f"{pods} pods x {{per}} = {{n}}"
     limits: list[tuple[str, Amount, Amount, str]] = []
-    unheld = facts.unheld
+    unheld = facts.unheld if spread is None else None  # a set's usage has every hold
+    if spread is not None:
+        usage = spread.total
     if totals is None or pod.pointer == totals.lead:
         for name, limit in budget.limits.items():
             in_use: Amount = usage.by_resource.get(name, 0)
@@ -178,9 +185,10 @@ def _over_budget(
         scope = f"{name} on {prod}" if prod else name
         asked = whole.asked(name) if whole else what.format(n=show(total), per=show(per))
         left = cap - used if cap > used else 0
+        where = ctx.namespace if spread is None else spread.holders(name, prod)
         if prod:
             others = _alternatives(pod, name, per, total, usage, budget, facts.nodes)
-            fix = _product_fix(pod, ctx, prod, name, left, budget, others)
+            fix = _product_fix(pod, ctx, prod, name, left, budget, others, where)
         elif claims.class_of_key(name):
             fix = _devices_fix(devices, claims.class_of_key(name), left, ctx) + (
                 f", or ask the platform team to raise budget {budget.name!r}"
@@ -188,15 +196,19 @@ def _over_budget(
         else:
             fix = (
                 f"ask for at most {show(left)} {scope}, wait for running GPU pods in "
-                f"{ctx.namespace} to finish, or ask the platform team to raise budget "
+                f"{where} to finish, or ask the platform team to raise budget "
                 f"{budget.name!r}"
+            )
+        if spread is None:
+            held = f"namespace {ctx.namespace} uses {show(used)} of {show(cap)} {scope}"
+        else:
+            held = (
+                f"budget {budget.name!r} caps {describe_set(budget)} at {show(cap)} {scope} "
+                f"together and they use {show(used)} ({spread.arithmetic(name, prod)})"
             )
         yield Finding(
             rule=RULE,
-            summary=(
-                f"{RULE}: namespace {ctx.namespace} uses {show(used)} of {show(cap)} {scope}; "
-                f"{asked}"
-            ),
+            summary=f"{RULE}: {held}; {asked}",
             fix=fix,
             field=f"{pod.field_path}.containers",
             advisory=ctx.kind != "Pod",  # controllers: their pods are judged when created
@@ -354,7 +366,19 @@ def _is_gpu_quota_key(key: str, ctx: Context, facts: Facts) -> bool:
     return ctx.rules.is_gpu(key.partition(".")[2])
 
 
-def _has_gpu_quota(budgets: list[QuotaBudget], facts: Facts, ctx: Context) -> bool:
+def _plus(usage: Usage, more: Usage) -> Usage:
+    """`usage` with `more` added: a new value."""
+    out = usage.plus(())
+    for name, amount in more.by_resource.items():
+        out.by_resource[name] += amount
+    for pair, amount in more.by_product.items():
+        out.by_product[pair] += amount
+    return out
+
+
+def _has_gpu_quota(
+    budgets: list[tuple[QuotaBudget, NamePatterns | None]], facts: Facts, ctx: Context
+) -> bool:
     if budgets:
         return True
     return any(_is_gpu_quota_key(key, ctx, facts) for quota in facts.quotas for key in quota.hard)
@@ -374,10 +398,14 @@ def gpu_quota(pod: PodView, ctx: Context) -> Iterator[Finding]:
     usage = _with_claims(facts.usage, facts.dra)
     # Budgets count an `All` request as 1 device: the least it takes, so never a false denial.
     every = {**ask, **claims.device_totals(devices, 1)}
-    budgeted = {p for budget in budgets for p in budget.products}
+    budgeted = {p for budget, _ in budgets for p in budget.products}
     reach = pod_products(pod, facts, budgeted) if budgeted else frozenset()
-    for budget in budgets:
-        yield from _over_budget(pod, ctx, every, usage, budget, reach, facts, devices)
+    for budget, names in budgets:
+        spread = None
+        if spans_several(budget):  # what the whole set holds, every hold of it counted
+            own = usage if facts.unheld is None else _plus(usage, facts.unheld)
+            spread = set_usage(budget, names, ctx, facts, own)
+        yield from _over_budget(pod, ctx, every, usage, budget, reach, facts, devices, spread)
     if cfg.native_quota:
         yield from _native(pod, ctx, ask, facts)
         yield from _native_devices(pod, ctx, devices, facts)
