@@ -201,7 +201,10 @@ def start_webhook(
     wait_ready: bool = True,
     client_cert: tuple[Path, Path] | None = None,
     ready_timeout: float = 20.0,
+    probe_port: int | None = None,
 ) -> Webhook:
+    """The server in a subprocess, its probes on the TLS port (or on `probe_port`, plain
+    HTTP, as deployed), once it answers them."""
     port = _free_port()
     with log.open("wb") as fh:
         process = subprocess.Popen(
@@ -222,7 +225,7 @@ def start_webhook(
                 str(rules),
                 # Probes on the TLS port (one port per test server); a test may pass its own.
                 "--probe-port",
-                "0",
+                str(probe_port or 0),
                 # No endpoint to be removed from here: stop at once (tests of the drain set it).
                 "--drain-seconds",
                 "0",
@@ -238,12 +241,13 @@ def start_webhook(
         ctx.load_cert_chain(*client_cert)
     client = httpx.Client(verify=ctx, timeout=10.0)
     url = f"https://127.0.0.1:{port}"
+    probes = url if probe_port is None else f"http://127.0.0.1:{probe_port}"
     deadline = time.monotonic() + ready_timeout
     while True:
         if process.poll() is not None:
             raise RuntimeError(f"webhook exited early:\n{log.read_text()}")
         try:
-            if client.get(f"{url}/{'readyz' if wait_ready else 'healthz'}").is_success:
+            if client.get(f"{probes}/{'readyz' if wait_ready else 'healthz'}").is_success:
                 break
         except httpx.TransportError:
             pass

@@ -6,6 +6,7 @@ Counted, never timed: bench/worst_shapes.py measures the time of the worst shape
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,10 +14,12 @@ import pytest
 from webhook.engine.build import engine_build
 from webhook.engine.checks import isolation
 from webhook.engine.compiled import compile_rules
+from webhook.engine.decision import MAX_DENIALS
 from webhook.engine.pipeline import Stage, evaluate
 from webhook.engine.subject import subject_for
 from webhook.ruleset.models import RuleSet
 
+ROOT = Path(__file__).resolve().parents[1]
 RULES = compile_rules(RuleSet())
 VISIBLE = "NVIDIA_VISIBLE_DEVICES"
 
@@ -99,3 +102,24 @@ def test_node_agent_advice_unchanged() -> None:
     assert len(decision.denials) == 6
     assert all("label app=dcgm-exporter" in fix for fix in fixes)
     assert all(fix.startswith("exempt it in the rule set with") for fix in fixes)
+
+
+def test_a_denial_names_at_most_max_denials_findings() -> None:
+    """The answer's size is bounded too: thousands of findings are counted, not all spelled
+    out (an audit of the object lists every one)."""
+    decision = evaluate(subject_for(_daemonset(MAX_DENIALS)), RULES)
+    lines = decision.message().splitlines()
+    assert len(decision.denials) == 2 * MAX_DENIALS
+    assert len(lines) == MAX_DENIALS + 1
+    assert lines[-1] == (
+        f"gpu-admission: {MAX_DENIALS} more denials not shown (gpu-admission audit lists every one)"
+    )
+
+
+def test_the_engine_gives_way_through_interpreted_code() -> None:
+    """`give_way` lets a waiting thread in only because calling it enters the interpreter's eval
+    loop: compiled, it would do nothing (setup.py must never list it)."""
+    from webhook.engine import turns
+
+    assert str(turns.__file__).endswith(".py"), turns.__file__
+    assert "webhook/engine/turns.py" not in (ROOT / "setup.py").read_text()

@@ -18,6 +18,7 @@ from webhook.engine.findings import Finding
 from webhook.facts.model import PodGpus
 
 __all__ = [
+    "MAX_DENIALS",
     "MAX_WARNINGS",
     "Decision",
     "Judged",
@@ -29,6 +30,9 @@ __all__ = [
 
 # kubectl prints every warning on its own line; past a handful they stop being read.
 MAX_WARNINGS = 5
+# A denial names this many findings at most: a pod of thousands of containers would otherwise
+# be answered with megabytes of text (an audit of the object lists every one).
+MAX_DENIALS = 20
 
 
 class Mode(StrEnum):
@@ -146,8 +150,16 @@ class Decision:
         return any(j.mode is Mode.WARN for j in self.judged)
 
     def message(self) -> str:
-        """The denial text: every denying finding with its fix, one per line."""
-        return "\n".join(f.message() for f in self.denials)
+        """The denial text: each denying finding with its fix, one per line, at most
+        MAX_DENIALS of them and then how many more."""
+        denials = self.denials
+        lines = [f.message() for f in denials[:MAX_DENIALS]]
+        if len(denials) > MAX_DENIALS:
+            lines.append(
+                f"gpu-admission: {len(denials) - MAX_DENIALS} more denials not shown "
+                "(gpu-admission audit lists every one)"
+            )
+        return "\n".join(lines)
 
     def warning_lines(self) -> list[str]:
         """At most MAX_WARNINGS lines of at most WARNING_LIMIT characters each."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from enum import Enum
-from typing import Any
+from typing import Any, Final
 
 from webhook.engine import claims, exempt
 from webhook.engine.accounting import hold_reach, object_totals, pod_gpus
@@ -24,6 +24,7 @@ from webhook.engine.patch import clone, diff, working_copy
 from webhook.engine.podviews import PodView, UnreadableObject, pod_views
 from webhook.engine.sharing import mark_shared
 from webhook.engine.subject import Subject
+from webhook.engine.turns import give_way
 from webhook.facts.model import Facts, PodGpus
 
 __all__ = ["Stage", "evaluate"]
@@ -158,6 +159,11 @@ def _old_views(subject: Subject, compiled: CompiledRules, rules: CompiledRuleSet
         return []  # an unreadable old object: treat every template as changed
 
 
+# More containers than this, and a pod spec's every rule lets other threads in first
+# (`turns.give_way`): a review of a large object is decided beside the event loop.
+_FEW: Final = 16
+
+
 def _mutate(
     views: list[PodView],
     ctx: Context,
@@ -179,7 +185,10 @@ def _mutate(
         if not todo:
             continue
         work = working_copy(view.spec, (c.slot for c in view.containers))
+        big = len(view.containers) > _FEW
         for mutation in todo:
+            if big:
+                give_way()  # each mutation walks every container: let the loop in between
             if mutation.apply(work, view, ctx) and mutation.rule not in mutated_by:
                 mutated_by.append(mutation.rule)
         patch.extend(diff(view.spec, work, view.pointer))
@@ -196,14 +205,19 @@ def _validate(
     out: list[tuple[Finding, Mode]] = []
     for view in views:
         gpu = view.asks_gpu
+        big = len(view.containers) > _FEW
         for validation, mode in active:
+            if big:
+                give_way()  # each validation walks every container: let the loop in between
             if validation.gpu_only and not gpu:
                 continue
             if view.isolation_only and validation.rule not in ISOLATION_RULES:
                 continue
             if validation.rule in view.relaxed:
                 continue
-            out.extend((f, mode) for f in validation.check(view, ctx))
+            for finding in validation.check(view, ctx):
+                give_way()  # a finding's text is the costliest work per container
+                out.append((finding, mode))
     return out
 
 

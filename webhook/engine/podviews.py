@@ -27,6 +27,7 @@ from webhook.engine.fields import (
     pointer,
     walk,
 )
+from webhook.engine.turns import give_way
 from webhook.engine.views import ContainerView, PodView
 from webhook.engine.workloads import DEFAULT_TABLE, Factor, Workload, WorkloadTable
 from webhook.podrequest import is_sidecar
@@ -119,6 +120,8 @@ def _containers(
 ) -> tuple[ContainerView, ...]:
     views: list[ContainerView] = []
     for slot, c, list_name, cpath in _slots(spec, spec_path, inline):
+        if len(views) & 63 == 63:
+            give_way()  # a large pod spec is read beside the event loop (`turns`)
         # Field paths are built only for a message: most objects are well-formed.
         if not lists_ok(c, _CONTAINER_LISTS):
             for list_field in _CONTAINER_LISTS:

@@ -14,21 +14,27 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from webhook.engine.admit import Decided, Request, admit
+from webhook.engine.admit import Decided, Outcome, Request, admit
+from webhook.engine.compiled import CompiledRuleSet
 from webhook.engine.pipeline import Stage
 from webhook.facts.live import LiveCache
 from webhook.facts.model import FactsSource
 from webhook.facts.reservations import Reservations
 from webhook.server.limits import ServerState
 from webhook.server.metrics import CONTENT_TYPE, TALLY, record, render
+from webhook.server.offload import OFFLOAD_BODY
 from webhook.server.reload import RuleHolder
 from webhook.server.responses import respond
 from webhook.server.review import AdmissionRequest, BadReview, decode
-from webhook.server.routes import Answer, Handler, Routes, error
+from webhook.server.routes import Answer, Handler, Later, Routes, error
 from webhook.server.routes import Request as HttpRequest
-from webhook.server.stages import OFF, StageTotals
+from webhook.server.stages import OFF, StageTotals, Watch
 
 __all__ = ["Admission", "ClusterSource", "engine_request"]
+
+# A review decided: the request, the engine's outcome, the encoded answer; or why the body is
+# no AdmissionReview.
+Reviewed = tuple[AdmissionRequest, Outcome, bytes] | str
 
 
 def engine_request(review: AdmissionRequest) -> Request:
@@ -73,35 +79,55 @@ class Admission:
 
     def review(self, stage: Stage) -> Handler:
         """One review, read top to bottom: decode, decide, encode once, record once, then
-        hold. A body that is no AdmissionReview is the caller's bug: 400 with the reason."""
+        hold. A body that is no AdmissionReview is the caller's bug: 400 with the reason.
+
+        Deciding (decode to encode) touches only the request, the rules and the facts, so a
+        large body is decided on the worker thread (offload.py); recording and holding stay
+        on the loop, where the metrics and holds live."""
         endpoint = stage.value
 
-        def handle(request: HttpRequest) -> Answer:
-            rules = self.rules.current  # read once: a reload can't change it mid-request
-            if rules is None:
-                return error(503, "no valid rule set loaded yet")
-            started = time.perf_counter()
-            watch = self.profile.start() if self.profile is not None else OFF
+        def decide(body: bytes | bytearray, rules: CompiledRuleSet, watch: Watch) -> Reviewed:
             try:
-                review = decode(request.body).request
+                review = decode(body).request
             except BadReview as exc:
-                TALLY.request(endpoint, "", "error")
-                return error(400, str(exc))
+                return str(exc)
             watch.lap("decode")
             source = self.cluster
             outcome = admit(engine_request(review), rules, source.facts, stage=stage, lap=watch.lap)
             decision = outcome.decision if isinstance(outcome, Decided) else None
             answer = respond(review.uid, decision)
             watch.lap("encode")
+            return review, outcome, answer
+
+        def finish(decided: Reviewed, started: float, watch: Watch) -> Answer:
+            if isinstance(decided, str):
+                TALLY.request(endpoint, "", "error")
+                return error(400, decided)
+            review, outcome, answer = decided
             record(endpoint, review, outcome)
             watch.lap("metrics")
             # What an admitted pod holds until the watch shows it; never for a dry run.
-            hold = decision.hold if decision is not None else None
+            hold = outcome.decision.hold if isinstance(outcome, Decided) else None
+            source = self.cluster
             if hold is not None and source.reservations is not None and not review.dry_run:
                 source.reservations.hold(hold)
             TALLY.observe(endpoint, time.perf_counter() - started)
             watch.lap("hold")
             return Answer(200, answer)
+
+        def handle(request: HttpRequest) -> Answer | Later:
+            rules = self.rules.current  # read once: a reload can't change it mid-request
+            if rules is None:
+                return error(503, "no valid rule set loaded yet")
+            started = time.perf_counter()
+            watch = self.profile.start() if self.profile is not None else OFF
+            body = request.body
+            if len(body) > OFFLOAD_BODY:
+                return Later(
+                    lambda: decide(body, rules, watch),
+                    lambda decided: finish(decided, started, watch),
+                )
+            return finish(decide(body, rules, watch), started, watch)
 
         return handle
 

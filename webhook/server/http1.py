@@ -17,14 +17,16 @@ import asyncio
 import contextlib
 import enum
 import logging
-from typing import Protocol
+from typing import Any, Protocol
 
 import httptools
 import orjson
 
+from webhook.server import offload
 from webhook.server.body import Lease, Refused
 from webhook.server.limits import CUT
-from webhook.server.routes import Answer, Handler, Request, Routes, encode_answer, error
+from webhook.server.offload import Queued
+from webhook.server.routes import Answer, Handler, Later, Request, Routes, encode_answer, error
 
 __all__ = ["Connection", "Owner", "Phase"]
 
@@ -104,6 +106,11 @@ class Connection(asyncio.Protocol):
         self._linger: asyncio.TimerHandle | None = None
         self._write_paused = False
         self._settled: asyncio.Event | None = None  # set when a request under way is done
+        # An answer being worked out off the loop (offload.py), and the requests pipelined
+        # behind it, answered in order once it is written. Reading pauses meanwhile.
+        self._later: asyncio.Future[Any] | None = None
+        self._waiting: list[Queued] = []
+        self._mid_message = False  # the parser is inside a request (head or body)
 
     # --- phases ----------------------------------------------------------------------------
 
@@ -135,6 +142,11 @@ class Connection(asyncio.Protocol):
         self.phase = Phase.CLOSING
         self.receiving = False
         self._lease.release()
+        if self._later is not None:
+            self._later.cancel()  # one still waiting for the worker is never decided
+        for queued in self._waiting:
+            queued.lease.release()
+        self._waiting.clear()
         self._first, self._buffer = b"", None
         if self._linger is not None:
             self._linger.cancel()
@@ -154,7 +166,7 @@ class Connection(asyncio.Protocol):
         self._write_paused = False
         if self.phase is Phase.WRITING:
             self.enter(Phase.IDLE)
-        if self.transport is not None and not self._ignoring:
+        if self.transport is not None and not self._ignoring and self._later is None:
             self.transport.resume_reading()
 
     def data_received(self, data: bytes) -> None:
@@ -199,6 +211,7 @@ class Connection(asyncio.Protocol):
         if self.phase is Phase.IDLE:  # a pipelined request after an answer
             self.enter(Phase.HEAD)
         self._began = True
+        self._mid_message = True
         self._url = b""
         self._route = None
         self._headers = 0
@@ -310,28 +323,82 @@ class Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         self.receiving = False
+        self._mid_message = False
         # A bytearray is read by the decoder in place.
         body = self._first if self._buffer is None else self._buffer
         self._first, self._buffer = b"", None
         path, _, _ = self._url.partition(b"?")
         request = Request(self._parser.get_method().decode("latin-1"), path.decode("latin-1"), body)
         del body
-        try:
-            answer = self.routes.answer(request)
-        finally:
-            self._lease.release()
+        queued = Queued(request, self._lease, self._parser.should_keep_alive())
+        if self._later is not None:
+            # Pipelined behind an answer worked out off the loop: answered after it, in order,
+            # its body still drawing on the budget meanwhile.
+            self._waiting.append(queued)
+            self._lease = Lease(self.state)
+            return
+        if not self._handle(queued):
+            raise _Stop
+
+    def _handle(self, queued: Queued) -> bool:
+        """Answer a request now, or start working its answer out off the loop; False once
+        the connection is closing."""
+        answer = self.routes.answer(queued.request)  # never raises: a 500 instead
+        if isinstance(answer, Later):
+            self._defer(answer, queued)
+            return True
+        queued.lease.release()
+        return self._respond(answer, queued)
+
+    def _respond(self, answer: Answer, queued: Queued) -> bool:
+        """Write the answer; False when the connection closes after it."""
         close = (
             answer.close
             or self.close_after_response
             or self.state.draining
-            or not self._parser.should_keep_alive()
+            or not queued.keep_alive
         )
-        self.enter(Phase.IDLE)
-        self._write(encode_answer(answer, close, head_only=request.method == "HEAD"), close)
+        if not self._mid_message:  # not while a request pipelined after it is being read
+            self.enter(Phase.IDLE)
+        self._write(encode_answer(answer, close, head_only=queued.head_only), close)
         if close:
-            raise _Stop
-        if self._write_paused:  # answers pile up unread: the response grace runs
+            return False
+        if self._write_paused and self.phase is Phase.IDLE:  # answers pile up unread
             self.enter(Phase.WRITING)
+        return True
+
+    # --- answers worked out off the loop ---------------------------------------------------
+
+    def _defer(self, later: Later, queued: Queued) -> None:
+        """Decide on the worker thread; nothing more is read until the answer is written
+        (what was already read is parsed, and queued behind it)."""
+        if queued.lease is self._lease:
+            self._lease = Lease(self.state)  # the request keeps its share until answered
+        if self.transport is not None:
+            self.transport.pause_reading()
+        future = offload.start(later)
+        self._later = future
+        future.add_done_callback(lambda done: self._decided(done, later, queued))
+
+    def _decided(self, done: asyncio.Future[Any], later: Later, queued: Queued) -> None:
+        """On the loop, once the worker is done: finish and write the answer, then answer
+        what was pipelined behind it, then read on."""
+        self._later = None
+        queued.lease.release()
+        if done.cancelled() or self.transport is None or self.phase is Phase.CLOSING:
+            return  # cut or closed meanwhile
+        try:
+            answer = later.finish(done.result())
+        except Exception:  # never a traceback to the client
+            log.exception("internal error on %s", queued.request.path)
+            answer = error(500, "internal error in gpu-admission; see the webhook log")
+        if not self._respond(answer, queued):
+            return
+        while self._waiting:
+            if not self._handle(self._waiting.pop(0)) or self._later is not None:
+                return
+        if self.transport is not None and not self._write_paused and not self._ignoring:
+            self.transport.resume_reading()
 
     # --- answers and cuts ------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ import orjson
 
 from webhook.server.limits import ServerState
 
-__all__ = ["Answer", "Handler", "Request", "Routes", "encode_answer", "error"]
+__all__ = ["Answer", "Handler", "Later", "Request", "Routes", "encode_answer", "error"]
 
 log = logging.getLogger("gpu-admission")
 
@@ -54,11 +54,24 @@ class Answer:
         self.close = close
 
 
+class Later:
+    """An answer worked out off the event loop (offload.py): `work` runs on the worker
+    thread, then `finish` on the loop with what it returned (what must stay on the loop:
+    metrics, holds, the log)."""
+
+    __slots__ = ("finish", "work")
+
+    def __init__(self, work: Callable[[], Any], finish: Callable[[Any], Answer]) -> None:
+        self.work = work
+        self.finish = finish
+
+
 def error(status: int, reason: str, *, close: bool = False) -> Answer:
     return Answer(status, orjson.dumps({"error": reason}), close=close)
 
 
-Handler = Callable[[Request], Answer]
+# An answer now, or one worked out off the event loop (a review of a large object: offload.py).
+Handler = Callable[[Request], Answer | Later]
 
 
 @dataclass
@@ -87,7 +100,7 @@ class Routes:
             return error(405, "method not allowed on this path")
         return handler
 
-    def answer(self, request: Request) -> Answer:
+    def answer(self, request: Request) -> Answer | Later:
         found = self.find(request.method, request.path)
         if isinstance(found, Answer):
             return found

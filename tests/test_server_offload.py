@@ -1,0 +1,167 @@
+"""A review of a large object is decided off the event loop: while the worst shape a tenant can
+post is being computed, the probe port and small reviews keep being answered.
+
+Ordered, never timed: the test counts what was answered between the large review's last byte
+and its answer. Answered on the loop, that was nothing (every probe waited for the review).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from conftest import ROOT, Webhook, review_for, start_webhook, stop_webhook
+from test_http1 import connect, post, read_response, review_body, running
+
+from webhook.server.limits import Limits
+from webhook.server.offload import OFFLOAD_BODY
+from webhook.server.reload import RuleHolder
+
+VISIBLE = "NVIDIA_VISIBLE_DEVICES"
+
+
+def worst_daemonset(containers: int) -> dict[str, Any]:
+    """A DaemonSet whose every container has two denials with node-agent advice."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "agent", "namespace": "ml-team"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "agent"}},
+            "template": {
+                "metadata": {"labels": {"app": "agent"}},
+                "spec": {
+                    "tolerations": [{"operator": "Exists"}],
+                    "containers": [
+                        {
+                            "name": f"c{i}",
+                            "image": "example.com/agent:1",
+                            "securityContext": {"privileged": True},
+                            "env": [{"name": VISIBLE, "value": "all"}],
+                        }
+                        for i in range(containers)
+                    ],
+                },
+            },
+        },
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def served(certs: Path, tmp_path: Path) -> Iterator[tuple[Webhook, int]]:
+    """The real server, with its probes on their own plain-HTTP port."""
+    probe_port = _free_port()
+    hook = start_webhook(certs, ROOT / "rules", tmp_path / "server.log", probe_port=probe_port)
+    yield hook, probe_port
+    stop_webhook(hook)
+
+
+def _post_raw(
+    port: int, ca: Path, body: bytes, sent: threading.Event, answering: threading.Event
+) -> bytes:
+    """One review over its own TLS connection: `sent` is set once its last byte is written,
+    `answering` once the first byte of its answer is in; the answer's body is returned."""
+    ctx = ssl.create_default_context(cafile=ca)
+    with (
+        socket.create_connection(("127.0.0.1", port)) as raw,
+        ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+    ):
+        head = (
+            "POST /validate?timeout=30s HTTP/1.1\r\nHost: gpu-admission\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        tls.sendall(head + body)
+        sent.set()
+        tls.settimeout(120)
+        data = tls.recv(65536)
+        answering.set()
+        while b"\r\n\r\n" not in data:
+            data += tls.recv(65536)
+        head_part, _, rest = data.partition(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":", 1)[1])
+            for line in head_part.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        while len(rest) < length:
+            rest += tls.recv(65536)
+        return rest
+
+
+def test_probes_and_small_reviews_are_answered_while_a_worst_shape_review_is_computed(
+    served: tuple[Webhook, int], certs: Path
+) -> None:
+    hook, probe_port = served
+    big = review_for(worst_daemonset(24_000))
+    body = json.dumps(big, separators=(",", ":")).encode()
+    assert len(body) > 2 * 1024 * 1024  # as large as the apiserver sends
+    port = int(hook.url.rsplit(":", 1)[1])
+    sent, answering = threading.Event(), threading.Event()
+    answer: list[bytes] = []
+    worker = threading.Thread(
+        target=lambda: answer.append(_post_raw(port, certs / "ca.crt", body, sent, answering)),
+        daemon=True,
+    )
+    worker.start()
+    assert sent.wait(60)
+    probes = reviews = 0
+    small = worst_daemonset(2)
+    with httpx.Client(timeout=60) as probe:
+        while not answering.is_set():
+            answered = probe.get(f"http://127.0.0.1:{probe_port}/healthz")
+            reviewed = hook.validate(small)
+            if answering.is_set():
+                break  # the large answer may have come first: count only what came before it
+            assert answered.status_code == 200 and not reviewed.allowed
+            probes, reviews = probes + 1, reviews + 1
+            time.sleep(0.01)
+    worker.join()
+    decided = json.loads(answer[0])["response"]
+    assert decided["uid"] == big["request"]["uid"] and not decided["allowed"]
+    message = decided["status"]["message"]
+    assert message.endswith("47980 more denials not shown (gpu-admission audit lists every one)")
+    # Each round trip is a few milliseconds; the large review takes far longer than a few.
+    assert probes >= 5 and reviews >= 5, (probes, reviews)
+
+
+async def test_a_review_pipelined_behind_a_large_one_is_answered_after_it(
+    holder: RuleHolder,
+) -> None:
+    big = review_for(worst_daemonset(1_000))
+    big_body = json.dumps(big).encode()
+    assert len(big_body) > OFFLOAD_BODY
+    async with running(holder, Limits(idle_timeout=10)) as servers:
+        reader, writer = await connect(servers)
+        small, uid = review_body("after")
+        writer.write(post(big_body) + post(small))  # one write: the second waits on the first
+        first = await read_response(reader)
+        second = await read_response(reader)
+        assert first[0] == second[0] == 200
+        assert json.loads(first[2])["response"]["uid"] == big["request"]["uid"]
+        assert json.loads(second[2])["response"]["uid"] == uid
+        # The connection stays usable: reading resumed after the large answer.
+        writer.write(post(small))
+        third = await read_response(reader)
+        assert json.loads(third[2])["response"]["uid"] == uid
+        writer.close()
+
+
+@pytest.fixture(scope="module")
+def holder() -> RuleHolder:
+    rules = RuleHolder(source=ROOT / "rules")
+    assert rules.refresh()
+    return rules
