@@ -116,11 +116,8 @@ def test_the_site_builds_offline_and_strict(tmp_path: Path) -> None:
 
 def test_the_rules_reference_covers_every_rule_field_and_built_in_list() -> None:
     from webhook.audit.ruledocs import rule_doc
-    from webhook.ruleset.defaults import (
-        DEFAULT_DEVICE_PATHS,
-        DEFAULT_EXEMPT_NAMESPACES,
-        DEFAULT_GPU_RESOURCES,
-    )
+    from webhook.ruleset.defaults import DEFAULT_EXEMPT_NAMESPACES, DEFAULT_GPU_RESOURCES
+    from webhook.ruleset.hostpaths import HOST_PATHS, VENDOR_PATHS
 
     schema = json.loads((ROOT / "schema" / "rules.schema.json").read_text())
     page = _reference().render(schema)
@@ -144,8 +141,10 @@ def test_the_rules_reference_covers_every_rule_field_and_built_in_list() -> None
             continue
         for field in definition.get("properties", {}):
             assert f"| `{field}` |" in sections[name], f"{name}.{field}"
-    for name in (*DEFAULT_GPU_RESOURCES, *DEFAULT_EXEMPT_NAMESPACES, *DEFAULT_DEVICE_PATHS):
+    for name in (*DEFAULT_GPU_RESOURCES, *DEFAULT_EXEMPT_NAMESPACES):
         assert f"- `{name}`" in page, name
+    for row in (*HOST_PATHS, *(r for _, rows in VENDOR_PATHS for r in rows)):
+        assert f"`{row.pattern}` |" in page, row.pattern
 
 
 def test_the_rules_reference_follows_the_schema_it_is_given() -> None:

@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 from test_match_conditions import KINDS, selects
 
 from webhook.engine import compile_rules, evaluate, subject_for
-from webhook.engine.checks.isolation import covers_device_nodes, normalise
+from webhook.engine.hostreach import classify, normalise, rows_for
 from webhook.engine.reach import tolerates_taint
 from webhook.podrequest import effective_request
-from webhook.ruleset.defaults import DEFAULT_DEVICE_PATHS
 from webhook.ruleset.models import RuleSet
 
 RULES = compile_rules(RuleSet())
+ROWS = rows_for(RuleSet().gpu_names().matches)
 GPU_TAINT = ("nvidia.com/gpu", "present", "NoSchedule")
 
 
@@ -60,6 +60,9 @@ def test_tolerations_follow_the_schedulers_rules(
         ("/proc", True),
         ("/proc/1/root", True),
         ("/proc/self/root/dev", True),
+        ("/proc/sys", False),  # kernel settings, no device
+        ("/sys/bus/pci", True),  # the GPUs' PCI devices
+        ("/run/containerd/containerd.sock", True),  # a runtime socket
         ("/dev/shm", False),
         ("/dev/log", False),
         ("/var/log", False),
@@ -67,8 +70,8 @@ def test_tolerations_follow_the_schedulers_rules(
         ("dev", False),  # not absolute: the apiserver refuses it anyway
     ],
 )
-def test_host_paths_holding_gpu_device_nodes(path: str, expected: bool) -> None:
-    assert covers_device_nodes(normalise(path), DEFAULT_DEVICE_PATHS) is expected
+def test_host_paths_that_reach_gpus(path: str, expected: bool) -> None:
+    assert (classify(normalise(path), ROWS) is not None) is expected
 
 
 _SEGMENTS = st.sampled_from(
@@ -88,6 +91,20 @@ _SEGMENTS = st.sampled_from(
         "proc",
         "1",
         "root",
+        "sys",
+        "bus",
+        "pci",
+        "fs",
+        "cgroup",
+        "class",
+        "drm",
+        "kernel",
+        "run",
+        "var",
+        "containerd",
+        "docker.sock",
+        "snap",
+        "microk8s",
     ]
 )
 

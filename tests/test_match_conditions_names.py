@@ -1,11 +1,13 @@
-"""Every name the shipped rules use (GPU resources, device paths, GPU taint keys) is one the
-generated matchConditions select: the routing and the rules never disagree."""
+"""Every name the shipped rules use (GPU resources, host paths that reach GPUs, GPU taint keys)
+is one the generated matchConditions select: the routing and the rules never disagree."""
 
 from __future__ import annotations
 
 import pytest
 from manifests_support import RULES
 from test_match_conditions import KINDS, _host, _limits, _tolerates, selects
+
+from webhook.ruleset.hostpaths import HOST_PATHS
 
 
 def _sample(pattern: str) -> str:
@@ -19,9 +21,17 @@ def test_every_gpu_resource_of_the_rule_files_is_selected(pattern: str) -> None:
     assert selects(obj) is True
 
 
-@pytest.mark.parametrize("pattern", RULES.rules.host_gpu_devices.paths)
-def test_every_host_device_path_of_the_rule_files_is_selected(pattern: str) -> None:
-    assert selects(KINDS["Pod"](_host(_sample(pattern)))) is True
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        *RULES.rules.host_gpu_devices.paths,
+        *(r.pattern for r in HOST_PATHS if r.reach is not None),
+    ],
+)
+def test_every_host_path_that_reaches_gpus_is_selected(pattern: str) -> None:
+    for sample in (pattern.replace("/**", ""), pattern.replace("**", "x0/y")):
+        sample = _sample(sample.replace("<pid>", "1")) or "/"
+        assert selects(KINDS["Pod"](_host(sample))) is True, sample
 
 
 @pytest.mark.parametrize("key", [t.key for t in RULES.rules.gpu_tolerations.tolerations])

@@ -161,11 +161,8 @@ def _fields_table(definition: dict[str, Any]) -> list[str]:
 def render(schema: dict[str, Any] | None = None) -> str:
     """The page's markdown."""
     from webhook.audit.ruledocs import rule_doc
-    from webhook.ruleset.defaults import (
-        DEFAULT_DEVICE_PATHS,
-        DEFAULT_EXEMPT_NAMESPACES,
-        DEFAULT_GPU_RESOURCES,
-    )
+    from webhook.ruleset.defaults import DEFAULT_EXEMPT_NAMESPACES, DEFAULT_GPU_RESOURCES
+    from webhook.ruleset.hostpaths import HOST_PATHS, KINDS, VENDOR_PATHS
 
     if schema is None:
         schema = json.loads(SCHEMA.read_text())
@@ -233,9 +230,31 @@ def render(schema: dict[str, Any] | None = None) -> str:
         "",
         *[f"- `{name}`" for name in DEFAULT_EXEMPT_NAMESPACES],
         "",
-        "### Host paths holding GPU device nodes (`host-gpu-devices`)",
+        "### Host paths that reach GPUs (`host-gpu-devices`)",
         "",
-        *[f"- `{path}`" for path in DEFAULT_DEVICE_PATHS],
+        "From `webhook/ruleset/hostpaths.py`: the first row that matches a path decides; a",
+        "path no row matches reaches nothing. `**` is the directory and everything below it,",
+        "`<pid>` a process directory; `/proc/<pid>/root/<path>` is judged as `/<path>`.",
+        "`host-gpu-devices.paths` adds paths to these, never removes one.",
+        "",
+        *[f"- `{kind}`: {_cell(text)}" for kind, text in KINDS.items()],
+        "",
+        "| Host path | Reaches | What is there |",
+        "|---|---|---|",
+        *[
+            f"| `{row.pattern}` | {row.reach or 'nothing'} | {_cell(row.why)} |"
+            for row in HOST_PATHS
+        ],
+        "",
+        "Where the rule set counts these accelerators' resources as GPUs:",
+        "",
+        "| Resources | Host path | What is there |",
+        "|---|---|---|",
+        *[
+            f"| {', '.join(f'`{n}`' for n in names)} | `{row.pattern}` | {_cell(row.why)} |"
+            for names, rows in VENDOR_PATHS
+            for row in rows
+        ],
         "",
     ]
     return "\n".join(out)

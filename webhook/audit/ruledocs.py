@@ -69,10 +69,11 @@ _DOCS: dict[str, RuleDoc] = {
         "privileged and ask for the GPUs the workload needs.",
     ),
     "host-gpu-devices": RuleDoc(
-        "No hostPath mounts of GPU device nodes",
-        "A hostPath volume of /dev/nvidia*, /dev/dri, /dev (or /proc, whose /proc/1/root is "
-        "the host's /) reaches GPUs without an allocation. Remove the volume and ask for GPUs "
-        "through resources.",
+        "No hostPath mounts that reach GPUs",
+        "A hostPath volume that holds GPU device nodes (/dev, /dev/nvidia*, /dev/dri), reaches "
+        "the host's root (/proc, /proc/1/root), the GPUs' sysfs (/sys) or a container runtime "
+        "socket reaches GPUs without an allocation. Remove the volume and ask for GPUs through "
+        "resources.",
     ),
     "gpu-toleration-without-gpu": RuleDoc(
         "Pods that ask for no GPU do not tolerate the GPU taint",

@@ -18,9 +18,10 @@ from typing import TypeVar
 
 from webhook.celtext import name_test, q, qlist
 from webhook.engine.compiled import CompiledRuleSet
+from webhook.engine.hostreach import route_prefixes
 from webhook.engine.workloads import Workload, WorkloadTable
-from webhook.namepatterns import is_pattern
-from webhook.ruleset.defaults import DEFAULT_DEVICE_PATHS
+from webhook.namepatterns import NamePatterns, is_pattern
+from webhook.ruleset.hostpaths import HOST_PATHS, VENDOR_PATHS, HostPathRow
 from webhook.ruleset.models import RuleSet
 from webhook.ruleset.workloads import LIST_ITEMS, MAP_VALUES
 
@@ -131,7 +132,7 @@ class _Names:
         self.gpu_resources = list(source.gpu_resources)
         self.taint_keys = sorted(rules.taint_keys)
         prefixes = list(source.rules.gpu_schedulable.gpu_label_prefixes)
-        paths = [*DEFAULT_DEVICE_PATHS, *source.rules.host_gpu_devices.paths]
+        paths = list(source.rules.host_gpu_devices.paths)
         for o in source.overrides:
             sched = o.rules.get("gpu-schedulable", {})
             prefixes += [p for p in sched.get("gpuLabelPrefixes", []) if isinstance(p, str)]
@@ -139,12 +140,28 @@ class _Names:
             paths += [p for p in host.get("paths", []) if isinstance(p, str)]
         self.label_prefixes = list(dict.fromkeys(prefixes))
         self.device_paths = list(dict.fromkeys(paths))
+        # The built-in host paths, with the accelerators' nodes where their resources are GPUs.
+        gpu = NamePatterns(self.gpu_resources)
+        self.host_rows: list[HostPathRow] = [*HOST_PATHS]
+        for names, rows in VENDOR_PATHS:
+            if any(gpu.matches(n) for n in names):
+                self.host_rows += rows
         self.inline = list(dict.fromkeys(k for w in rules.workloads.kinds for k in w.inline))
         self.schedulers = list(source.gpu_sharing.schedulers)
 
 
-def _device_prefixes(patterns: Iterable[str]) -> tuple[list[str], list[str]]:
-    """(prefixes a device path starts with, directories above them) for host-path routing."""
+def _device_prefixes(names: _Names) -> tuple[list[str], list[str]]:
+    """(prefixes a host path that reaches GPUs starts with, exact paths) for host-path routing:
+    the built-in table's and those of the rule set's own patterns, with directories above."""
+    prefixes, exact = route_prefixes(names.host_rows)
+    listed, above = _listed_prefixes(names.device_paths)
+    merged = sorted({*prefixes, *listed})
+    kept = [p for p in merged if not any(o != p and p.startswith(o) for o in merged)]
+    return kept, sorted(e for e in {*exact, *above} if not e.startswith(tuple(kept)))
+
+
+def _listed_prefixes(patterns: Iterable[str]) -> tuple[list[str], list[str]]:
+    """(prefixes a listed path starts with, directories above them)."""
     fixed = []
     for p in patterns:
         cut = min((p.index(ch) for ch in "*?[" if ch in p), default=len(p))
@@ -209,7 +226,7 @@ def _container_test(resources: str, names: _Names) -> str:
 
 
 def _pod_test(names: _Names) -> str:
-    prefixes, above = _device_prefixes(names.device_paths)
+    prefixes, above = _device_prefixes(names)
     labels = qlist(names.label_prefixes)
     keys = qlist(names.taint_keys)
     inline = qlist(names.inline)
@@ -226,8 +243,9 @@ def _pod_test(names: _Names) -> str:
               // Keys that hold one container each (KServe's model and framework shortcuts).
               + {inline}.filter(k, k in p).map(k, p[k])
             ).exists(c, type(c) == map && {_container_test("resources", names)})
-            // (c) a hostPath volume holding GPU device nodes or a directory above them
-            //     (host-gpu-devices.paths; /proc/1/root is the host's /). A path with '//' or
+            // (c) a hostPath volume that may reach GPUs: device nodes or a directory above
+            //     them, /proc (/proc/1/root is the host's /), the GPUs' sysfs, a container
+            //     runtime's socket, or a path of host-gpu-devices.paths. A path with '//' or
             //     '/.' goes too: the webhook normalizes it before matching.
             || {_items("p", "volumes")}.exists(v, type(v) == map
               && {_has("v", "hostPath", "map")} && {_has("v.hostPath", "path", "string")}
@@ -340,10 +358,10 @@ HEADER = """\
 #   gpu-admission itself (the webhook must be able to restart while it is down), nor the
 #   namespaces the rule set exempts by name (the GPU operators' and device plugins').
 # - matchConditions (CEL, GA in Kubernetes 1.30): only objects with a pod spec that asks for a
-#   GPU, sets NVIDIA_VISIBLE_DEVICES, mounts host GPU device nodes, has DRA resource claims, or
-#   can land on a GPU node (tolerates a GPU taint or every taint, selects GPU node labels,
-#   names its node). They assume GPU nodes carry a GPU taint, as the GPU operator and managed
-#   GPU pools set up: in a cluster with untainted GPU nodes, remove the `gpu-workload`
+#   GPU, sets NVIDIA_VISIBLE_DEVICES, mounts a host path that reaches GPUs, has DRA resource
+#   claims, or can land on a GPU node (tolerates a GPU taint or every taint, selects GPU node
+#   labels, names its node). They assume GPU nodes carry a GPU taint, as the GPU operator and
+#   managed GPU pools set up: in a cluster with untainted GPU nodes, remove the `gpu-workload`
 #   condition (the webhook then judges every pod: its facts show such nodes, and it skips its
 #   own fast path). Everything else, nearly all of a cluster's traffic, is admitted without a
 #   call, so an outage cannot touch non-GPU workloads. The server keeps its own fast path.

@@ -1,14 +1,10 @@
 """The built-in defaults that are lists of names, kept apart from the models that use them:
-the GPU resource names, the exempt namespaces (where GPU operators and device plugins
-install) and the host paths that hold GPU device nodes."""
+the GPU resource names and the exempt namespaces (where GPU operators and device plugins
+install). The host paths that reach GPUs are in `hostpaths`."""
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_DEVICE_PATHS", "DEFAULT_EXEMPT_NAMESPACES", "DEFAULT_GPU_RESOURCES"]
-
-# Host paths holding GPU device nodes; directories above them (/, /dev, /dev/char) count too.
-# /proc/<pid>/root links to the host's / (and so to its /dev).
-DEFAULT_DEVICE_PATHS = ["/dev/nvidia*", "/dev/dri*", "/dev/kfd", "/dev/char/*", "/proc", "/proc/*"]
+__all__ = ["DEFAULT_EXEMPT_NAMESPACES", "DEFAULT_GPU_RESOURCES"]
 
 DEFAULT_GPU_RESOURCES = [
     "nvidia.com/gpu",

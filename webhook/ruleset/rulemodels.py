@@ -21,9 +21,6 @@ from pydantic import (
 from webhook.modelerrors import Invalid
 from webhook.quantity import Amount, QuantityError, parse_quantity
 from webhook.ruleset.base import StrictModel
-from webhook.ruleset.defaults import (
-    DEFAULT_DEVICE_PATHS,
-)
 from webhook.selectors import LabelSelector
 
 
@@ -184,8 +181,12 @@ class VisibleDevicesRule(RuleModel):
 
 
 class HostDevicesRule(RuleModel):
+    """Host paths that reach GPUs without an allocation: the built-in table (device nodes, the
+    host's root, the GPUs' sysfs, runtime sockets) always applies."""
+
     mode: ModeName = "enforce"
-    paths: list[str] = Field(default_factory=lambda: list(DEFAULT_DEVICE_PATHS))
+    # More host paths to count as GPU access (shell patterns; a directory above one counts).
+    paths: list[str] = Field(default_factory=list, examples=[["/opt/vendor/dev/*"]])
 
 
 class QuotaBudget(RuleModel):

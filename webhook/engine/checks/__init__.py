@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.engine.checks import (
+    hostdevices,
     isolation,
     placement,
     priority,
@@ -70,7 +71,7 @@ VALIDATIONS: tuple[Validation, ...] = (
     Validation("gpu-mig-mixed", resources.mig_not_mixed, gpu_only=True),
     Validation("visible-devices", isolation.visible_devices, gpu_only=False),
     Validation("privileged-gpu", isolation.privileged_gpu, gpu_only=False),
-    Validation("host-gpu-devices", isolation.host_gpu_devices, gpu_only=False),
+    Validation("host-gpu-devices", hostdevices.host_gpu_devices, gpu_only=False),
     Validation("gpu-toleration-without-gpu", placement.toleration_without_gpu, gpu_only=False),
     Validation("gpu-memory-limit", resources.memory_limit, gpu_only=True),
     Validation("gpu-readiness-probe", probes.readiness_probe, gpu_only=True),

@@ -10,8 +10,8 @@ in every container kind (regular, init, sidecar, ephemeral):
   every GPU on the node. `void` in a container that asks for no GPU gives it none; the mutation
   sets it wherever the pod can reach GPU nodes and the author left it unset.
 - privileged mode (rule privileged-gpu): every device node of the host.
-- a hostPath covering the device nodes or an alias of them (rule host-gpu-devices): `/`, `/dev`,
-  `/dev/char/<major>:<minor>`, `/dev/nvidia*`, `/dev/dri*`, `/dev/kfd`.
+- a host path that reaches GPUs (rule host-gpu-devices, `checks.hostdevices`): device nodes, the
+  host's root, the GPUs' sysfs, a container runtime's socket.
 
 Only the env value a user set and host mounts are judged in every pod; the rest only matters
 in pods that can land on a GPU node (`reach`).
@@ -22,26 +22,23 @@ one (`node_agent`) leads with the exemption that lets it run, not with "remove".
 
 from __future__ import annotations
 
-import fnmatch
-import posixpath
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from webhook.engine.checks.schedulable import why_not_whole_node
 from webhook.engine.context import Context
 from webhook.engine.findings import Finding
+from webhook.engine.hostreach import normalise
 from webhook.engine.podviews import ContainerView, PodView
 from webhook.engine.reach import can_reach_gpu_nodes
 from webhook.engine.sharing import scheduler_config_map_ref
 from webhook.facts.model import VISIBLE_DEVICES
-from webhook.ruleset.defaults import DEFAULT_DEVICE_PATHS
 
 __all__ = [
     "ISOLATION_RULES",
-    "covers_device_nodes",
     "hide_devices",
-    "host_gpu_devices",
     "node_agent",
+    "normalise",
     "privileged_gpu",
     "visible_devices",
 ]
@@ -380,69 +377,4 @@ def privileged_gpu(pod: PodView, ctx: Context) -> Iterator[Finding]:
                 + because,
             ),
             field=field,
-        )
-
-
-def normalise(path: str) -> str:
-    """The path the kubelet mounts: `//`, `/./` and `..` resolved, trailing slash dropped."""
-    if not path:
-        return path
-    # Nearly every mount path is already in this form: only a relative one, or one with an
-    # empty, `.` or `..` segment, can change (`/root/.cache` cannot).
-    if (
-        path[0] == "/"
-        and path[-1] != "/"
-        and "//" not in path
-        and "/./" not in path
-        and "/../" not in path
-        and not path.endswith(("/.", "/.."))
-    ):
-        return path
-    out = posixpath.normpath(path)
-    return "/" + out.lstrip("/") if out.startswith("//") else out
-
-
-def covers_device_nodes(path: str, patterns: list[str]) -> bool:
-    """Whether mounting `path` exposes a device node a pattern names: the node itself, or a
-    directory above it (`/`, `/dev`, `/dev/char` all hold the GPU device nodes)."""
-    if not path.startswith("/"):
-        return False
-    if any(fnmatch.fnmatchcase(path, p) for p in patterns):
-        return True
-    above = "/" if path == "/" else path + "/"
-    return any(p.startswith(above) for p in patterns)
-
-
-def host_gpu_devices(pod: PodView, ctx: Context) -> Iterator[Finding]:
-    # The built-in device paths always count: a rule file can add paths, not drop the aliases.
-    patterns = [*DEFAULT_DEVICE_PATHS, *ctx.settings.host_gpu_devices.paths]
-    mounted_by: dict[str, list[ContainerView]] = {}
-    for c in _judged(pod):
-        for m in c.raw.get("volumeMounts") or []:
-            mounted_by.setdefault(str(m.get("name")), []).append(c)
-    for i, volume in enumerate(pod.spec.get("volumes") or []):
-        host_path = volume.get("hostPath")
-        if not isinstance(host_path, dict) or not isinstance(host_path.get("path"), str):
-            continue
-        raw = host_path["path"]
-        if not covers_device_nodes(normalise(raw), patterns):
-            continue
-        users = mounted_by.get(str(volume.get("name")), [])
-        if pod.focus is not None and not users:
-            continue  # an ephemeral update: only the new containers' mounts are new
-        who = ", ".join(c.label() for c in users) or "no container yet"
-        yield Finding(
-            rule="host-gpu-devices",
-            summary=(
-                f"host-gpu-devices: volume {volume.get('name')!r} mounts host path {raw!r} "
-                f"(mounted by {who}), which holds GPU device nodes; expected no host device nodes"
-            ),
-            fix=_fix(
-                pod,
-                ctx,
-                f"remove the volume at {pod.field_path}.volumes[{i}] (or mount a narrower host "
-                "path) and ask for GPUs in resources.limits; device nodes mounted from the host "
-                "bypass GPU allocation",
-            ),
-            field=f"{pod.field_path}.volumes[{i}].hostPath.path",
         )
