@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from conftest import eventually, live_cache
 from fake_apiserver import FakeApiServer
 
@@ -19,8 +21,12 @@ from webhook.facts.provisioning import (
     machine_group_shapes,
     node_pool_shapes,
     provisionable_shapes,
+    provisioning,
 )
 from webhook.facts.snapshotfile import SnapshotFile, snapshot_from_doc
+from webhook.namepatterns import NamePatterns
+
+ANYWHERE = NamePatterns(["*"])  # every namespace trusted: what the objects offer at all
 
 PRODUCT = "nvidia.com/gpu.product"
 GPU_COUNT = "karpenter.k8s.aws/instance-gpu-count"
@@ -339,13 +345,18 @@ def test_snapshot_sections_are_read_as_objects() -> None:
         machineDeployments=[machine_group(gpu_count="8", gpu_type="nvidia.com/gpu")],
     )
     assert facts.provisionable is not None
-    assert sorted(dict(s.gpus)["nvidia.com/gpu"] for s in facts.provisionable) == [1, 8]
+    shapes = facts.provisionable.shapes(ANYWHERE) or ()
+    assert sorted(dict(s.gpus)["nvidia.com/gpu"] for s in shapes) == [1, 8]
 
 
 def test_snapshot_empty_section_is_known_and_offers_nothing() -> None:
-    assert snapshot(machineSets=[]).provisionable == ()
+    empty = snapshot(machineSets=[]).provisionable
+    assert empty is not None and empty.shapes(ANYWHERE) == ()
     pool = machine_group("p", kind="MachinePool", gpu_count="4", gpu_type="amd.com/gpu")
-    (shape,) = snapshot(machinePools=[pool]).provisionable or ()
+    found = snapshot(machinePools=[pool]).provisionable
+    assert found is not None
+    (shape,) = found.shapes(ANYWHERE) or [None]
+    assert shape is not None
     assert shape.name == "MachinePool p" and dict(shape.gpus) == {"amd.com/gpu": 4}
 
 
@@ -362,7 +373,8 @@ def cache(server: FakeApiServer) -> Iterator[LiveCache]:
 
 
 def products(live: LiveCache) -> list[str] | None:
-    shapes = live.facts_for("ml-team").provisionable
+    found = live.facts_for("ml-team").provisionable
+    shapes = None if found is None else found.shapes(ANYWHERE)
     return None if shapes is None else sorted(s.labels.get(PRODUCT, "-") for s in shapes)
 
 
@@ -384,7 +396,8 @@ def test_live_lists_and_follows_nodepools_and_machine_groups(
     eventually(lambda: products(cache) == ["H200", "L4"])
     server.delete("machinedeployments", "default", "l4")
     eventually(lambda: products(cache) == ["H200"])
-    assert taken is not None and sorted(s.labels[PRODUCT] for s in taken) == ["H100", "L4"]
+    assert taken is not None
+    assert sorted(s.labels[PRODUCT] for s in taken.shapes(ANYWHERE) or ()) == ["H100", "L4"]
     pool = machine_group(
         "a10", kind="MachinePool", gpu_count="1", gpu_type="nvidia.com/gpu", labels=f"{PRODUCT}=A10"
     )
@@ -440,3 +453,64 @@ def test_a_crd_installed_later_is_found_by_the_recheck(server: FakeApiServer) ->
         eventually(lambda: products(live) == ["B200"])
     finally:
         live.stop()
+
+
+# ---- which namespaces are read ---------------------------------------------------------------
+
+
+def test_only_cluster_scoped_and_trusted_namespaces_shape_the_cluster() -> None:
+    """A tenant may create a Cluster API object in its own namespace: it shapes nothing."""
+    found = provisioning(
+        [node_pool("h100", req(PRODUCT, "In", "H100"), req(GPU_COUNT, "In", "8"))],
+        [],
+        [
+            machine_group("l4", ns="capi", gpu_count="1", gpu_type="nvidia.com/gpu"),
+            machine_group("mine", ns="tenant-a", gpu_count="8", gpu_type="nvidia.com/gpu"),
+            machine_group("odd", ns="tenant-b", cpu="", memory=""),  # cannot be told
+        ],
+    )
+    assert found is not None
+    trusted = found.shapes(NamePatterns(["capi"])) or ()
+    assert sorted(s.name for s in trusted) == ["MachineDeployment l4", "NodePool h100"]
+    assert found.shapes(NamePatterns([])) == found.shapes(NamePatterns(["default"]))
+    assert [s.name for s in found.shapes(NamePatterns([])) or ()] == ["NodePool h100"]
+    assert found.shapes(NamePatterns(["tenant-*"])) is None  # trusting the odd one: unknown
+    assert found.ignored(NamePatterns(["capi"])) == ["tenant-a", "tenant-b"]
+    assert provisioning(None, None, None) is None
+
+
+def test_the_default_namespaces_are_exact_names_tenants_do_not_write() -> None:
+    from webhook.namepatterns import is_pattern
+    from webhook.ruleset.models import RuleSet
+
+    names = RuleSet().cluster.provisioning_namespaces
+    assert names == ["default", "kube-system"]
+    assert not any(is_pattern(n) for n in names)
+
+
+def test_live_keeps_each_object_under_its_namespace(server: FakeApiServer) -> None:
+    server.load("machinedeployments", [machine_group("l4", ns="tenant-a", gpu_count="1")])
+    live = live_cache(server)
+    live.list_once()
+    found = live.facts_for("ml-team").provisionable
+    assert found is not None
+    assert found.shapes(NamePatterns(["default", "kube-system"])) == ()
+    assert found.ignored(NamePatterns(["default"])) == ["tenant-a"]
+
+
+def test_rules_check_names_the_namespaces_whose_objects_it_leaves_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from webhook.cli import main
+
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "r.yaml").write_text("cluster: {provisioningNamespaces: [capi]}\n")
+    snapshot = tmp_path / "cluster.yaml"
+    groups = [machine_group("a", ns="capi"), machine_group("b", ns="tenant-a")]
+    doc = {"apiVersion": "gpu-admission.io/v1", "kind": "ClusterSnapshot"}
+    snapshot.write_text(yaml.safe_dump({**doc, "machineDeployments": groups}))
+    assert main(["rules", "check", str(rules), "--cluster-snapshot", str(snapshot)]) == 0
+    out = capsys.readouterr().out
+    assert "warning: Cluster API objects in tenant-a are not read" in out
+    assert "cluster.provisioningNamespaces (capi)" in out

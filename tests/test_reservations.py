@@ -24,6 +24,7 @@ from webhook.facts.model import (
     ServingRuntimes,
     Usage,
 )
+from webhook.facts.provisioning import by_namespace
 from webhook.facts.reservations import Reservations, ReservingFacts
 from webhook.facts.usages import NamespaceUsages
 
@@ -233,7 +234,7 @@ def test_facts_with_holds_keep_all_else_the_source_said() -> None:
         age_seconds=4.0,
         config_maps={"env": {}},
         secrets={"keys": {}},
-        provisionable=(),
+        provisionable=by_namespace([]),
         serving_runtimes=ServingRuntimes({}, {}),
         dra=DraFacts(None, None, None, {}),
         unheld=Usage(by_resource={"other.com/gpu": Fraction(1)}, by_product={}),

@@ -162,7 +162,7 @@ def _rules(args: argparse.Namespace) -> int:
         def quotas_in(namespace: str) -> list[tuple[str, Mapping[str, Amount]]]:
             return [(q.name, q.hard) for q in snapshot.facts_for(namespace).quotas]
 
-        return rulecli.check(folder, sys.stdout, quotas_in)
+        return rulecli.check(folder, sys.stdout, quotas_in, snapshot)
     if args.rules_command == "schema":
         text = json.dumps(rulecli.schema(), indent=2) + "\n"
         if args.out:

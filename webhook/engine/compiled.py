@@ -86,6 +86,8 @@ class CompiledRules:
         self.gpu_class_names = NamePatterns(classes.names)
         self.gpu_drivers = NamePatterns(classes.drivers)
         self.max_staleness_seconds = ruleset.cluster.max_staleness_seconds
+        # Where the autoscalers' objects are read from (`schedulable.cluster_shapes`).
+        self.provisioning_namespaces = NamePatterns(ruleset.cluster.provisioning_namespaces)
 
     def is_gpu(self, name: str) -> bool:
         """Whether a resource name counts as a GPU; remembered per name (a cluster uses a

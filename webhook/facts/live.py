@@ -58,6 +58,7 @@ from webhook.facts.model import (
     Usage,
 )
 from webhook.facts.podpages import decode_pod_page
+from webhook.facts.provisioning import Provisioning, by_namespace
 from webhook.facts.relist import Fresh, Shapes
 from webhook.facts.reservations import Reservations
 from webhook.facts.usages import NamespaceUsages
@@ -127,7 +128,7 @@ class LiveCache:
         # a kind in neither is unknown (not listed yet, or forbidden).
         self._autoscaling: dict[str, Shapes] = {}
         self._absent: set[str] = set()
-        self._provisionable: tuple[Node, ...] | None = None  # rebuilt whole on each change
+        self._provisionable: Provisioning | None = None  # rebuilt whole on each change
         self._dra = dra.DraCache()  # DeviceClasses, claim templates and claims
         self._usages = NamespaceUsages(
             lambda: self._usage, lambda: self._namespaces, self._dra.claim_devices
@@ -387,24 +388,21 @@ class LiveCache:
             elif kind in servingruntimes.KINDS:
                 self._runtimes.replace(kind, fresh.runtimes)
 
-    def _provisionable_now(self) -> tuple[Node, ...] | None:
-        """Every shape of every listed autoscaler kind; None while one is unknown or none is
-        installed (nothing was read: a pool at zero may be behind an autoscaler we cannot
-        see), or when an object cannot be told."""
-        out: list[Node] = []
+    def _provisionable_now(self) -> Provisioning | None:
+        """Every listed autoscaler kind's shapes by namespace; None while one is unknown or
+        none is installed (nothing was read: a pool at zero may be behind an autoscaler we
+        cannot see). An object that cannot be told makes its namespace's shapes unknown."""
+        items: list[tuple[str, tuple[Node, ...] | None]] = []
         for kind in PROVISIONING_KINDS:
             if kind.name in self._absent:
                 continue
             shapes = self._autoscaling.get(kind.name)
             if shapes is None:
                 return None
-            for one in shapes.values():
-                if one is None:
-                    return None
-                out += one
+            items += [(namespace, one) for (namespace, _), one in shapes.items()]
         if len(self._absent) == len(PROVISIONING_KINDS):
             return None
-        return tuple(out)
+        return by_namespace(items)
 
     def _node_product(self, name: str) -> str:
         node = self._nodes.get(name)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from webhook.facts.dra import DraFacts
+from webhook.namepatterns import NamePatterns
 from webhook.quantity import Amount
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "NodeIndex",
     "PodGpus",
     "PriorityClass",
+    "Provisioned",
     "Quota",
     "ServingRuntime",
     "ServingRuntimes",
@@ -312,10 +314,10 @@ class Facts:
     config_maps: Mapping[str, Mapping[str, str]] | None = None
     secrets: Mapping[str, Mapping[str, str]] | None = None
     # GPU node shapes the cluster's autoscalers can create (Karpenter NodePools, Cluster API
-    # groups scaled from zero; `webhook.facts.provisioning`). None: the source does not know,
-    # so a missing node may still come. A tuple, even empty, means the source read the
-    # cluster's autoscaling objects: what is in no node and no shape cannot be had.
-    provisionable: tuple[Node, ...] | None = None
+    # groups scaled from zero; `webhook.facts.provisioning.Provisioning`), read only from the
+    # namespaces the rules trust. None: the source does not know, so a missing node may still
+    # come. A value, even empty, means the source read the cluster's autoscaling objects.
+    provisionable: Provisioned | None = None
     # KServe's ServingRuntimes of the namespace and the ClusterServingRuntimes: which runtime
     # an InferenceService predictor is merged over, and whether that one brings /dev/shm.
     # None: the source does not know them (empty maps: KServe is not installed).
@@ -342,7 +344,7 @@ class Facts:
         age_seconds: float | None = None,
         config_maps: Mapping[str, Mapping[str, str]] | None = None,
         secrets: Mapping[str, Mapping[str, str]] | None = None,
-        provisionable: tuple[Node, ...] | None = None,
+        provisionable: Provisioned | None = None,
         serving_runtimes: ServingRuntimes | None = None,
         dra: DraFacts | None = None,
         unheld: Usage | None = None,
@@ -390,6 +392,15 @@ class Facts:
             unheld,
             self.usages if usages is None else usages,
         )
+
+
+class Provisioned(Protocol):
+    """What the autoscalers can create (`webhook.facts.provisioning.Provisioning`)."""
+
+    def shapes(self, trusted: NamePatterns) -> tuple[Node, ...] | None:
+        """The shapes of cluster-scoped objects and of those in `trusted` namespaces; None
+        when one of them cannot be told."""
+        ...
 
 
 class FactsSource(Protocol):

@@ -26,13 +26,17 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from webhook.facts.model import Node
+from webhook.namepatterns import NamePatterns
 from webhook.quantity import Amount, QuantityError, parse_quantity
 
 __all__ = [
     "ANY_COUNT",
+    "Provisioning",
+    "by_namespace",
     "machine_group_shapes",
     "node_pool_shapes",
     "provisionable_shapes",
+    "provisioning",
 ]
 
 # ---- Cluster API (cluster-autoscaler's clusterapi provider) --------------------------------
@@ -357,3 +361,85 @@ def provisionable_shapes(
                 return None
             out += shapes
     return tuple(out)
+
+
+# ---- where the objects are --------------------------------------------------------------
+
+
+class Provisioning:
+    """The shapes the autoscalers' objects offer, by the namespace each object is in ("" for
+    a cluster-scoped one: Karpenter's NodePools).
+
+    What the cluster can create is a cluster-wide fact, and anyone who may create a Cluster API
+    object in some namespace could make one up: the rules read the shapes only from the
+    namespaces they trust (`shapes`), and an object elsewhere shapes nothing. Built whole by a
+    source, never changed after; `shapes` remembers its answer per set of trusted namespaces.
+    """
+
+    __slots__ = ("_answers", "by_namespace")
+
+    def __init__(self, by_namespace: Mapping[str, tuple[Node, ...] | None]) -> None:
+        # None for a namespace holding an object that cannot be told (see the parsers).
+        self.by_namespace: Mapping[str, tuple[Node, ...] | None] = by_namespace
+        self._answers: dict[tuple[frozenset[str], str], tuple[Node, ...] | None] = {}
+
+    def shapes(self, trusted: NamePatterns) -> tuple[Node, ...] | None:
+        """Every shape of the cluster-scoped objects and of those in `trusted` namespaces;
+        None when one of them cannot be told."""
+        key = (trusted.exact, trusted.loose.pattern if trusted.loose is not None else "")
+        if key in self._answers:
+            return self._answers[key]
+        out: list[Node] = []
+        found: tuple[Node, ...] | None = None
+        for namespace, shapes in self.by_namespace.items():
+            if namespace and not trusted.matches(namespace):
+                continue
+            if shapes is None:
+                break
+            out += shapes
+        else:
+            found = tuple(out)
+        if len(self._answers) >= 8:  # a new rule set with other namespaces: forget the old
+            self._answers.clear()
+        self._answers[key] = found
+        return found
+
+    def ignored(self, trusted: NamePatterns) -> list[str]:
+        """The namespaces holding objects the rules do not read (for `rules check`)."""
+        return sorted(n for n in self.by_namespace if n and not trusted.matches(n))
+
+
+def provisioning(
+    node_pools: Iterable[Mapping[str, Any]] | None,
+    machine_sets: Iterable[Mapping[str, Any]] | None,
+    machine_deployments: Iterable[Mapping[str, Any]] | None,
+    machine_pools: Iterable[Mapping[str, Any]] | None = None,
+) -> Provisioning | None:
+    """The listed autoscaler objects' shapes by namespace; None when none was read (each
+    argument None: that kind is not known or not installed)."""
+    groups = (machine_sets, machine_deployments, machine_pools)
+    if node_pools is None and all(g is None for g in groups):
+        return None
+    items: list[tuple[str, tuple[Node, ...] | None]] = []
+    for obj in node_pools or ():
+        items.append(("", node_pool_shapes(obj) if isinstance(obj, Mapping) else None))
+    for objects in groups:
+        for obj in objects or ():
+            if not isinstance(obj, Mapping):
+                items.append(("", None))
+                continue
+            namespace = str(_meta(obj, "metadata", "namespace") or "")
+            items.append((namespace, machine_group_shapes(obj)))
+    return by_namespace(items)
+
+
+def by_namespace(items: Iterable[tuple[str, tuple[Node, ...] | None]]) -> Provisioning:
+    """(namespace, the shapes of one object, None: cannot be told) as a `Provisioning`."""
+    found: dict[str, list[Node] | None] = {}
+    for namespace, shapes in items:
+        these = found.setdefault(namespace, [])
+        if shapes is None or these is None:
+            found[namespace] = None
+        else:
+            these += shapes
+    return Provisioning({n: None if s is None else tuple(s) for n, s in found.items()})

@@ -34,7 +34,7 @@ from webhook.facts.model import (
     PriorityClass,
     Quota,
 )
-from webhook.facts.provisioning import provisionable_shapes
+from webhook.facts.provisioning import provisioning
 from webhook.facts.servingruntimes import RuntimeStore
 from webhook.facts.static import StaticSnapshot
 from webhook.modelerrors import describe
@@ -219,7 +219,7 @@ def snapshot_from_doc(doc: SnapshotFile) -> StaticSnapshot:
         secrets=secrets,
         dra_cache=_dra(doc),
         serving_runtimes=_serving_runtimes(doc),
-        provisionable=provisionable_shapes(
+        provisionable=provisioning(
             doc.node_pools, doc.machine_sets, doc.machine_deployments, doc.machine_pools
         ),
     )

@@ -20,10 +20,12 @@ from webhook.facts.model import (
     NodeIndex,
     PodGpus,
     PriorityClass,
+    Provisioned,
     Quota,
     Usage,
     visible_devices_keys,
 )
+from webhook.facts.provisioning import Provisioning, by_namespace
 from webhook.facts.servingruntimes import RuntimeStore
 from webhook.facts.usages import NamespaceUsages
 
@@ -67,12 +69,13 @@ class StaticSnapshot:
         pods: Iterable[PodGpus],
         config_maps: Iterable[tuple[str, str, Mapping[str, str]]] | None = None,
         secrets: Iterable[tuple[str, str, Mapping[str, str]]] | None = None,
-        provisionable: Iterable[Node] | None = None,
+        provisionable: Provisioning | Iterable[Node] | None = None,
         dra_cache: dra.DraCache | None = None,
         serving_runtimes: RuntimeStore | None = None,
     ) -> None:
         """`config_maps` and `secrets` are (namespace, name, data) with data decoded; None
-        means the kind is unknown, as for `provisionable` (shapes the cluster can create)."""
+        means the kind is unknown, as for `provisionable` (shapes the cluster can create; given
+        as bare shapes, they count as those of cluster-scoped objects)."""
         self._namespaces = {k: dict(v) for k, v in namespaces.items()}
         self._nodes = NodeIndex(nodes)
         grouped: dict[str, list[Quota]] = defaultdict(list)
@@ -87,7 +90,11 @@ class StaticSnapshot:
         self._usage = dict(self._usage)
         self._config_maps = _env_sources(config_maps)
         self._secrets = _env_sources(secrets)
-        self._provisionable = None if provisionable is None else tuple(provisionable)
+        self._provisionable: Provisioned | None = None
+        if isinstance(provisionable, Provisioning):
+            self._provisionable = provisionable
+        elif provisionable is not None:
+            self._provisionable = by_namespace([("", tuple(provisionable))])
         self._dra = dra_cache  # DeviceClasses, claim templates, claims; None: unknown
         self._runtimes = serving_runtimes  # KServe's; None: unknown
         # What every namespace holds, for budgets over several namespaces.

@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from webhook.engine.compiled import compile_rules
+from webhook.facts.model import FactsSource
 from webhook.namepatterns import matches_any
 from webhook.rulecli.cases import load_cases, run_case
+from webhook.rulecli.clusternotes import cluster_notes
 from webhook.rulecli.exemptnotes import exemption_notes
 from webhook.rulecli.webhooks import render_webhooks
 from webhook.ruleset.defaults import DEFAULT_EXEMPT_NAMESPACES
@@ -100,9 +102,15 @@ def _load(folder: Path | None, out: TextIO) -> LoadedRules | None:
         return None
 
 
-def check(folder: Path | None, out: TextIO, quotas_in: QuotasIn | None = None) -> int:
+def check(
+    folder: Path | None,
+    out: TextIO,
+    quotas_in: QuotasIn | None = None,
+    cluster: FactsSource | None = None,
+) -> int:
     """Validate the rule folder; with the cluster's ResourceQuotas (`quotas_in(namespace)`),
-    also say where they and the budgets disagree."""
+    also say where they and the budgets disagree, and with its facts (`cluster`), what of
+    them the rules leave out."""
     loaded = _load(folder, out)
     if loaded is None:
         return 1
@@ -126,6 +134,8 @@ def check(folder: Path | None, out: TextIO, quotas_in: QuotasIn | None = None) -
         for line in plan.describe():
             print(f"note: {line}", file=out)
     for line in disagreements(plans, quotas_in) if quotas_in is not None else ():
+        print(f"warning: {line}", file=out)
+    for line in cluster_notes(rs, cluster) if cluster is not None else ():
         print(f"warning: {line}", file=out)
     where = folder if folder is not None else "no rules folder: the built-in defaults"
     count = len(rs.overrides)

@@ -4,7 +4,7 @@ install). The host paths that reach GPUs are in `hostpaths`."""
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_EXEMPT_NAMESPACES", "DEFAULT_GPU_RESOURCES"]
+__all__ = ["DEFAULT_EXEMPT_NAMESPACES", "DEFAULT_GPU_RESOURCES", "DEFAULT_PROVISIONING_NAMESPACES"]
 
 DEFAULT_GPU_RESOURCES = [
     "nvidia.com/gpu",
@@ -67,3 +67,11 @@ DEFAULT_EXEMPT_NAMESPACES = [
     "runai-reservation",
     "gpu-admission",
 ]
+
+# Where Cluster API node groups (MachineSets, MachineDeployments, MachinePools) are read from:
+# what the cluster can create is a cluster-wide fact, so it comes only from namespaces tenants
+# cannot write. `default` is where `clusterctl` puts a cluster's objects unless told otherwise
+# (and where they stay after `clusterctl move` into the cluster itself); kube-system is never a
+# tenant's. Exact names, no patterns: a tenant could create a namespace a pattern matches.
+# Karpenter's NodePools are cluster-scoped, read always.
+DEFAULT_PROVISIONING_NAMESPACES = ["default", "kube-system"]

@@ -20,6 +20,7 @@ from webhook.modelerrors import Invalid, Nested
 from webhook.namepatterns import NamePatterns, is_pattern
 from webhook.ruleset.defaults import (
     DEFAULT_GPU_RESOURCES,
+    DEFAULT_PROVISIONING_NAMESPACES,
 )
 from webhook.ruleset.exemptions import Exemptions
 from webhook.ruleset.rulemodels import (
@@ -152,6 +153,18 @@ class Override(RuleModel):
 class ClusterSettings(RuleModel):
     # Cluster-aware rules treat facts older than this as unknown (see each rule's whenUnknown).
     max_staleness_seconds: int = Field(default=300, ge=1)
+    # What the cluster's autoscalers can create is a cluster-wide fact: read it only from
+    # namespaces tenants cannot write, or a tenant's object would shape every other pod's
+    # verdict.
+    provisioning_namespaces: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_PROVISIONING_NAMESPACES),
+        description=(
+            "Namespaces whose Cluster API MachineSets, MachineDeployments and MachinePools "
+            "say which GPU nodes the cluster can create (patterns allowed; Karpenter's "
+            "NodePools are cluster-scoped and always read). Objects elsewhere are ignored: "
+            "list only namespaces tenants cannot create objects in."
+        ),
+    )
 
 
 class GpuSharing(RuleModel):

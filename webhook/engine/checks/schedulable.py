@@ -18,12 +18,12 @@ from webhook.engine.claims import dra_resource_names
 from webhook.engine.context import Context
 from webhook.engine.findings import Finding
 from webhook.engine.podviews import PodView
-from webhook.facts.model import Node
+from webhook.facts.model import Facts, Node
 from webhook.facts.nodematch import expr_matches
 from webhook.quantity import positive, show
 from webhook.ruleset.models import RuleSettings
 
-__all__ = ["Prepared", "gpu_schedulable", "prepare", "why_not_whole_node"]
+__all__ = ["Prepared", "cluster_shapes", "gpu_schedulable", "prepare", "why_not_whole_node"]
 
 RULE = "gpu-schedulable"
 
@@ -41,6 +41,16 @@ def prepare(settings: RuleSettings) -> Prepared:
     )
     known = sched.autoscaling == "none" or bool(sched.provisionable)
     return tuple(sched.gpu_label_prefixes), provisionable, known, sched.cluster_autoscalers
+
+
+def cluster_shapes(facts: Facts, ctx: Context) -> tuple[Node, ...]:
+    """The shapes the cluster's autoscalers can create, read only from the namespaces the rules
+    trust (`cluster.provisioningNamespaces`): a tenant's own Cluster API object shapes nothing.
+    Empty when unknown, when they cannot be told, or when the rules ignore the autoscalers."""
+    found = facts.provisionable
+    if found is None or not ctx.rules.cluster_autoscalers:
+        return ()
+    return found.shapes(ctx.rules.provisioning_namespaces) or ()
 
 
 def _is_gpu_label(key: Any, prefixes: list[str]) -> bool:
@@ -124,7 +134,7 @@ def gpu_schedulable(pod: PodView, ctx: Context) -> Iterator[Finding]:
     # Every node shape the pod could get: the existing GPU pools and those the cluster can
     # create. When the cluster's provisioning is not declared, a shape no node has may still
     # come (an autoscaled pool at zero): that absence is a warning, never a denial.
-    from_cluster = (facts.provisionable or ()) if ctx.rules.cluster_autoscalers else ()
+    from_cluster = cluster_shapes(facts, ctx)
     nodes = [
         *facts.nodes.pools(ctx.rules.gpu_label_prefixes),
         *ctx.rules.provisionable,
@@ -200,7 +210,7 @@ def why_not_whole_node(pod: PodView, ctx: Context) -> str | None:
     facts, _ = trusted_facts(ctx)
     if facts is None:
         return "no cluster facts show the nodes it can run on"
-    from_cluster = (facts.provisionable or ()) if ctx.rules.cluster_autoscalers else ()
+    from_cluster = cluster_shapes(facts, ctx)
     if not (ctx.rules.provisioning_known or from_cluster):
         return "the cluster may create GPU nodes of shapes not known (provisioning not declared)"
     # Every node, cordoned ones too: a cordon is lifted, and a DaemonSet's pods ignore it.
