@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint lock bench certs clean dist compiled docs image
+.PHONY: run test lint lock bench certs clean dist compiled docs image controlplane e2e
 
 # The venv holds exactly requirements-dev.lock (the image's requirements.lock plus the test
 # tools, same pins), installed as the image installs: hashes required, nothing resolved here.
@@ -70,7 +70,7 @@ lint: $(STAMP)
 # same tests; tests/test_compiled_build.py checks the second run really is compiled).
 # Each run is its own target, so when one fails make's last line names it (test-sources or
 # test-compiled).
-test: lint docs test-sources test-compiled
+test: lint docs test-sources test-compiled e2e
 
 test-sources: lint test-packages
 	$(BIN)/python -m pytest -q -n 2
@@ -80,6 +80,28 @@ test-compiled: lint test-packages $(COMPILED)/.built
 		$(BIN)/python -m pytest -q -n 2 -p no:cacheprovider
 
 .PHONY: test-sources test-compiled test-packages report-screenshot
+
+# The real control plane under the end-to-end tests (tests/e2e/): kube-apiserver,
+# kube-controller-manager, kube-scheduler, kubectl, etcd and kwok built from the pinned Go modules
+# in tests/e2e/go/ into ~/.cache/gpu-admission/controlplane/<version>/ (a no-op when warm). Without
+# Go this says so and `make e2e` skips, unless GPU_ADMISSION_E2E=required (CI), where it fails.
+controlplane: $(STAMP)
+	@if command -v go >/dev/null 2>&1; then $(BIN)/python tests/e2e/binaries.py build; \
+	elif [ "$$GPU_ADMISSION_E2E" = required ]; then \
+		echo "make controlplane: GPU_ADMISSION_E2E=required and no Go toolchain" >&2; exit 1; \
+	else echo "make controlplane: no Go toolchain; the end-to-end tests will be skipped"; fi
+
+# The end-to-end suite on each pinned release in turn (one pytest summary per version), against
+# the compiled build the image ships, serially: each run owns a whole control plane.
+E2E_VERSIONS ?= $(shell $(PYTHON) tests/e2e/binaries.py versions)
+e2e: controlplane $(COMPILED)/.built
+	@for v in $(E2E_VERSIONS); do \
+		echo "== end-to-end on Kubernetes $$v"; \
+		GPU_ADMISSION_E2E_VERSION=$$v GPU_ADMISSION_EXPECT_COMPILED=1 PYTHONSAFEPATH=1 \
+		PYTHONPATH=$(CURDIR)/$(COMPILED) \
+			$(BIN)/python -m pytest -q -p no:cacheprovider -m e2e tests/e2e $(E2E_ARGS) \
+			|| exit 1; \
+	done
 
 # Debian packages the tests use: headless Chromium and chromedriver for the HTML report, zsh for
 # completion, gcc for the compiled engine. Where they cannot be installed those tests skip

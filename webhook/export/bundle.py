@@ -10,16 +10,26 @@ from webhook.export.scope import Export, LeftOut
 from webhook.export.validating import validating
 from webhook.ruleset.quotas import budget_plans
 
-__all__ = ["MUTATING_SINCE", "build"]
+__all__ = ["MUTATING_SINCE", "VALIDATING_SINCE", "build"]
 
 # MutatingAdmissionPolicy is admissionregistration.k8s.io/v1 (GA) since Kubernetes 1.36.
 MUTATING_SINCE = (1, 36)
+# The policies' CEL uses cel-go's lists extension (lists.range, flatten, sort), in Kubernetes'
+# CEL since 1.34. But an apiserver compiles a new expression with the previous minor's
+# environment (its compatibility version, so a rollback can still run what it stored): a 1.34
+# apiserver refuses these policies ("undeclared reference to 'lists'"), 1.35 accepts them.
+VALIDATING_SINCE = (1, 35)
 MUTATION_RULES = tuple(m.rule for m in MUTATIONS)
 
 
 def build(rules: CompiledRuleSet, kubernetes: tuple[int, int] = MUTATING_SINCE) -> Export:
     objects, checked, left = validating(rules)
     exported = [(rule, "validation", what) for rule, what in checked]
+    if kubernetes < VALIDATING_SINCE:
+        version = ".".join(map(str, VALIDATING_SINCE))
+        why = f"the policies' CEL (lists extension) is accepted from Kubernetes {version}"
+        left += [LeftOut(rule, why, "validation") for rule in dict.fromkeys(r for r, _ in checked)]
+        objects, exported = [], []
     if kubernetes >= MUTATING_SINCE:
         more, done, rest = mutating(rules)
         objects += more

@@ -21,8 +21,8 @@ from webhook.ruleset.files import RuleFileError, load_rules
 __all__ = ["MIN_KUBERNETES", "OUT_FILE", "export", "kubernetes_version"]
 
 OUT_FILE = "policies.yaml"
-# ValidatingAdmissionPolicy is v1 since 1.30; the CEL uses lists.range, sort and flatten
-# (cel-go lists extension version 3, in the apiserver since 1.34).
+# The oldest release anything is exported for: 1.34 gets the ResourceQuotas (DRA device-class
+# quotas need resource.k8s.io/v1); the policies need 1.35 (export/bundle.py, VALIDATING_SINCE).
 MIN_KUBERNETES = (1, 34)
 
 
@@ -34,8 +34,8 @@ def kubernetes_version(text: str) -> tuple[int, int]:
     version = (1, int(match[1]))
     if version < MIN_KUBERNETES:
         raise ValueError(
-            f"Kubernetes {text}: the policies need 1.{MIN_KUBERNETES[1]} or later "
-            "(the CEL lists extension they use)"
+            f"Kubernetes {text}: the export needs 1.{MIN_KUBERNETES[1]} or later "
+            "(the policies 1.35, for the CEL lists extension they use)"
         )
     return version
 

@@ -1,0 +1,295 @@
+"""What the end-to-end tests share: the installed webhook's handle, a GPU pod as users write
+it, AdmissionReviews posted straight to the webhook as the apiserver posts them, and waits."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jsonpatch
+
+from e2e import cluster as clustermod
+
+ROOT = Path(__file__).resolve().parents[2]
+MANIFESTS = ROOT / "manifests"
+
+
+@dataclass
+class Installed:
+    """The webhook as installed: the serving process, its URLs and the objects registered."""
+
+    plane: clustermod.ControlPlane
+    process: subprocess.Popen[bytes]
+    log: Path
+    url: str
+    probe_url: str
+    rules: Path
+    certs: Path
+    webhook_configs: list[dict[str, Any]]
+    sa_kubeconfig: Path
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The sum of a metric's samples whose labels include `labels` (0 when none)."""
+        with urllib.request.urlopen(f"{self.probe_url}/metrics", timeout=5) as answer:
+            text = answer.read().decode()
+        total = 0.0
+        for line in text.splitlines():
+            if not line.startswith(name):
+                continue
+            match = re.match(r"^([a-zA-Z_:][\w:]*)(\{(.*)\})?\s+(\S+)$", line)
+            if not match or match.group(1) != name:
+                continue
+            found = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', match.group(3) or ""))
+            if all(found.get(k) == v for k, v in labels.items()):
+                total += float(match.group(4))
+        return total
+
+    def log_lines(self) -> list[dict[str, Any]]:
+        lines = []
+        for raw in self.log.read_text(errors="replace").splitlines():
+            try:
+                lines.append(json.loads(raw))
+            except ValueError:
+                lines.append({"message": raw})
+        return lines
+
+    def set_rules(self, text: str) -> None:
+        """Lay `text` over the shipped rules as e2e.yaml and wait for the server to load it."""
+        before = self.metric("gpu_admission_rule_reloads_total", result="loaded")
+        (self.rules / "e2e.yaml").write_text(text)
+        deadline = time.monotonic() + 20
+        while self.metric("gpu_admission_rule_reloads_total", result="loaded") <= before:
+            assert time.monotonic() < deadline, f"rules not reloaded:\n{self.tail()}"
+            time.sleep(0.1)
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
+    def stop(self) -> None:
+        stop_process(self.process)
+
+    def start(self) -> None:
+        """Serve again on the same port (the registered URL), as a restarted replica would."""
+        self.process, self.log, _, probe = start_serve(
+            self.log.parent,
+            name=f"serve-{int(time.time())}",
+            port=self.port,
+            sa_kubeconfig=self.sa_kubeconfig,
+            certs=self.certs,
+            rules=self.rules,
+        )
+        self.probe_url = f"http://127.0.0.1:{probe}"
+
+    def tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def serve_command() -> list[str]:
+    """`gpu-admission serve` as this interpreter runs it: the compiled build when PYTHONPATH puts
+    it first (`make e2e` does), else the sources."""
+    return [sys.executable, "-m", "webhook", "serve"]
+
+
+def start_serve(
+    folder: Path,
+    *,
+    name: str = "serve",
+    port: int = 0,
+    sa_kubeconfig: Path,
+    certs: Path,
+    rules: Path,
+) -> tuple[subprocess.Popen[bytes], Path, int, int]:
+    port, probe = port or clustermod.free_port(), clustermod.free_port()
+    log = folder / f"{name}.log"
+    with log.open("ab") as fh:
+        process = subprocess.Popen(
+            [
+                *serve_command(),
+                "--host=127.0.0.1",
+                f"--port={port}",
+                f"--probe-port={probe}",
+                f"--cert={certs / 'tls.crt'}",
+                f"--key={certs / 'tls.key'}",
+                f"--rules={rules}",
+                f"--kubeconfig={sa_kubeconfig}",
+                "--log-format=json",
+                "--rules-check-seconds=0.5",
+                "--drain-seconds=1",
+            ],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            preexec_fn=clustermod._die_with_parent,
+        )
+    deadline = time.monotonic() + 60
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"serve exited early:\n{log.read_text()}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{probe}/readyz", timeout=2) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, f"serve not ready:\n{log.read_text()[-3000:]}"
+        time.sleep(0.1)
+    return process, log, port, probe
+
+
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def gpu_pod(name: str, gpus: int = 1, **extra: Any) -> dict[str, Any]:
+    """A GPU pod as a user writes it: the GPU in requests only, a memory limit, probes."""
+    pod: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "containers": [
+                {
+                    "name": "model",
+                    "image": "vllm/vllm-openai:v0.6.0",
+                    "resources": {
+                        "requests": {"nvidia.com/gpu": str(gpus), "memory": "8Gi", "cpu": "1"},
+                        "limits": {"memory": "8Gi"},
+                    },
+                    "readinessProbe": {"httpGet": {"path": "/health", "port": 8000}},
+                }
+            ]
+        },
+    }
+    pod["spec"].update(extra)
+    return pod
+
+
+def eventually(check: Callable[[], Any], seconds: float = 30, what: str = "") -> Any:
+    deadline = time.monotonic() + seconds
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"not reached in {seconds} s: {what}"
+        time.sleep(0.2)
+
+
+def kube_json(plane: clustermod.ControlPlane, *args: str) -> Any:
+    return json.loads(plane.kubectl(*args, "-o", "json").stdout)
+
+
+# --- AdmissionReviews straight to the webhook, as the apiserver posts them --------------------
+
+RESOURCES = {
+    "Pod": ("", "v1", "pods"),
+    "Deployment": ("apps", "v1", "deployments"),
+    "StatefulSet": ("apps", "v1", "statefulsets"),
+    "Job": ("batch", "v1", "jobs"),
+}
+
+
+@dataclass
+class Answer:
+    raw: dict[str, Any]
+
+    @property
+    def allowed(self) -> bool:
+        return bool(self.raw["allowed"])
+
+    @property
+    def message(self) -> str:
+        return str((self.raw.get("status") or {}).get("message", ""))
+
+    @property
+    def warnings(self) -> list[str]:
+        return list(self.raw.get("warnings") or [])
+
+    @property
+    def patch(self) -> list[dict[str, Any]]:
+        if "patch" not in self.raw:
+            return []
+        return list(json.loads(base64.b64decode(self.raw["patch"])))
+
+    def apply(self, obj: Any) -> Any:
+        return jsonpatch.apply_patch(obj, self.patch) if self.patch else obj
+
+
+def post_review(
+    hook: Installed, endpoint: str, obj: dict[str, Any], namespace: str, *, dry_run: bool = True
+) -> Answer:
+    """One AdmissionReview for `obj` as the apiserver sends it (a dry run by default, so it
+    takes no hold): the webhook's own answer, to compare with what the apiserver did."""
+    group, version, resource = RESOURCES[obj["kind"]]
+    gvk = {"group": group, "version": version, "kind": obj["kind"]}
+    gvr = {"group": group, "version": version, "resource": resource}
+    uid = str(uuid.uuid4())
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": gvk,
+            "resource": gvr,
+            "requestKind": gvk,
+            "requestResource": gvr,
+            "name": obj["metadata"].get("name", ""),
+            "namespace": namespace,
+            "operation": "CREATE",
+            "userInfo": {"username": "e2e"},
+            "object": {**obj, "metadata": {**obj["metadata"], "namespace": namespace}},
+            "oldObject": None,
+            "dryRun": dry_run,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+        },
+    }
+    ctx = ssl.create_default_context(cafile=str(hook.certs / "ca.crt"))
+    with httpx.Client(verify=ctx, timeout=10) as client:
+        answer = client.post(f"{hook.url}/{endpoint}?timeout=10s", json=review)
+    answer.raise_for_status()
+    response = answer.json()["response"]
+    assert response["uid"] == uid
+    return Answer(response)
+
+
+def contains(stored: Any, expected: Any, where: str = "") -> list[str]:
+    """Where `stored` lacks what `expected` says: every key of an expected map is in the stored
+    one with a value that contains it, lists match item by item, scalars are equal. The
+    apiserver adds defaults (a probe's periodSeconds, a volume's defaults), never removes."""
+    if isinstance(expected, dict):
+        if not isinstance(stored, dict):
+            return [f"{where}: {stored!r} is not a map"]
+        return [p for k, v in expected.items() for p in contains(stored.get(k), v, f"{where}/{k}")]
+    if isinstance(expected, list):
+        if not isinstance(stored, list) or len(stored) != len(expected):
+            return [f"{where}: {stored!r} != {expected!r}"]
+        return [
+            p
+            for i, (s, e) in enumerate(zip(stored, expected, strict=True))
+            for p in contains(s, e, f"{where}/{i}")
+        ]
+    return [] if stored == expected else [f"{where}: stored {stored!r}, expected {expected!r}"]
+
+
+def kubectl_error(done: subprocess.CompletedProcess[str]) -> str:
+    return re.sub(r"\s+", " ", done.stderr).strip()

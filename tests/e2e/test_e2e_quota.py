@@ -1,0 +1,119 @@
+"""Budgets kept by the apiserver: the exported ResourceQuota applied, the apiserver itself
+refuses the over-budget GPU pod, and the webhook's explanation of the same case names the same
+numbers."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from e2e.support import ROOT, Installed, eventually, gpu_pod, kube_json, post_review
+
+
+def test_the_exported_quota_refuses_what_the_webhook_explains_with_the_same_numbers(
+    installed: Installed, namespace: str, tmp_path: Path
+) -> None:
+    plane = installed.plane
+    budget = {
+        "rules": {
+            "gpu-quota": {
+                "budgets": [
+                    {"name": "e2e-team", "namespaces": [namespace], "limits": {"nvidia.com/gpu": 4}}
+                ]
+            }
+        }
+    }
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "team.yaml").write_text(yaml.safe_dump(budget))
+    exported = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "webhook",
+            "export",
+            "--rules",
+            str(rules),
+            "--kubernetes",
+            plane.release.minor.removeprefix("v"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    ).stdout
+    quotas = [d for d in yaml.safe_load_all(exported) if d and d["kind"] == "ResourceQuota"]
+    assert len(quotas) == 1 and quotas[0]["metadata"]["namespace"] == namespace
+    plane.kubectl("create", "-f", "-", stdin=yaml.safe_dump(quotas[0]))
+    name = quotas[0]["metadata"]["name"]
+    # the quota controller has counted the namespace: status.used is there
+    eventually(
+        lambda: (
+            kube_json(plane, "get", "resourcequota", name, "-n", namespace)
+            .get("status", {})
+            .get("used")
+            is not None
+        ),
+        what="quota status",
+    )
+
+    # the webhook keeps out of it: the apiserver alone refuses
+    installed.set_rules(
+        yaml.safe_dump(
+            {
+                "overrides": [
+                    {
+                        "name": "apiserver-alone",
+                        "namespaces": [namespace],
+                        "rules": {"gpu-quota": {"mode": "off"}},
+                    }
+                ]
+            }
+        )
+    )
+    for i in range(2):
+        plane.kubectl(
+            "create", "-n", namespace, "-f", "-", stdin=json.dumps(gpu_pod(f"fits-{i}", gpus=2))
+        )
+    over = gpu_pod("over", gpus=2)
+    refused = plane.kubectl(
+        "create", "-n", namespace, "-f", "-", stdin=json.dumps(over), check=False
+    )
+    assert refused.returncode != 0
+    assert f"exceeded quota: {name}" in refused.stderr, refused.stderr
+    numbers = re.search(
+        r"requested: requests\.nvidia\.com/gpu=(\d+), used: "
+        r"requests\.nvidia\.com/gpu=(\d+), limited: requests\.nvidia\.com/gpu=(\d+)",
+        refused.stderr,
+    )
+    assert numbers, refused.stderr
+    requested, used, limited = numbers.groups()
+    assert (requested, used, limited) == ("2", "4", "4")
+
+    # the webhook, judging: the same case, the same numbers, before the apiserver gets to it
+    installed.set_rules("{}\n")
+    eventually(
+        lambda: (
+            kube_json(plane, "get", "resourcequota", name, "-n", namespace)["status"]["used"].get(
+                "requests.nvidia.com/gpu"
+            )
+            == "4"
+        ),
+        what="quota used 4",
+    )
+    answer = post_review(installed, "validate", over, namespace)
+    assert not answer.allowed
+    explained = answer.message
+    assert (
+        f"ResourceQuota {name} allows requests.nvidia.com/gpu {limited} and {used} are used; "
+        f"this asks {requested}" in explained
+    ), explained
+    refused = plane.kubectl(
+        "create", "-n", namespace, "-f", "-", stdin=json.dumps(over), check=False
+    )
+    assert 'admission webhook "validate.gpu-admission.io" denied' in refused.stderr

@@ -1,0 +1,247 @@
+"""Routing through the apiserver's own CEL: plain pods never reach the webhook, and objects of
+every registered kind with nulls, odd types and missing values at their pod-spec paths never
+make a matchCondition fail (each create is answered for schema reasons or by the webhook, none
+with a CEL error, and the apiserver counts no match-condition evaluation error)."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from e2e.support import Installed, eventually
+from webhook.engine.workloads import DEFAULT_TABLE, Workload
+from webhook.ruleset.workloads import LIST_ITEMS, MAP_VALUES
+
+OBJECTS = 1200
+SEED = 1128
+
+
+def test_plain_pods_never_reach_the_webhook(installed: Installed, namespace: str) -> None:
+    before = installed.metric("gpu_admission_requests")
+    for i in range(20):
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"plain-{i}"},
+            "spec": {
+                "containers": [
+                    {"name": "web", "image": "nginx", "resources": {"limits": {"memory": "1Gi"}}}
+                ],
+                "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists"}],
+            },
+        }
+        installed.plane.kubectl("create", "-n", namespace, "-f", "-", stdin=json.dumps(pod))
+    assert installed.metric("gpu_admission_requests") == before
+
+
+def crds() -> list[dict[str, Any]]:
+    """A schemaless CRD for every custom kind of the workload table, so the apiserver stores
+    whatever the generated objects hold and hands it to the matchConditions as it is."""
+    out = []
+    for w in DEFAULT_TABLE.kinds:
+        d = w.declared
+        if d.group in ("", "apps", "batch"):
+            continue
+        out.append(
+            {
+                "apiVersion": "apiextensions.k8s.io/v1",
+                "kind": "CustomResourceDefinition",
+                "metadata": {"name": f"{d.resource}.{d.group}"},
+                "spec": {
+                    "group": d.group,
+                    "scope": d.scope,
+                    "names": {
+                        "plural": d.resource,
+                        "kind": d.kind,
+                        "singular": d.kind.lower(),
+                        "listKind": f"{d.kind}List",
+                    },
+                    "versions": [
+                        {
+                            "name": v,
+                            "served": True,
+                            "storage": i == 0,
+                            "schema": {
+                                "openAPIV3Schema": {
+                                    "type": "object",
+                                    "x-kubernetes-preserve-unknown-fields": True,
+                                }
+                            },
+                        }
+                        for i, v in enumerate(d.versions)
+                    ],
+                },
+            }
+        )
+    return out
+
+
+def odd(rng: random.Random, depth: int = 0) -> Any:
+    """A value of any JSON type, biased to what pod-spec readers trip on."""
+    leaves = [None, 0, 1, -1, 1.5, "", "1", "all", "NVIDIA_VISIBLE_DEVICES", True, False, [], {}]
+    if depth > 2 or rng.random() < 0.4:
+        return rng.choice(leaves)
+    return rng.choice(
+        [
+            lambda: [odd(rng, depth + 1) for _ in range(rng.randint(0, 3))],
+            lambda: {
+                rng.choice(["name", "value", "limits", "requests", "nvidia.com/gpu", "key"]): odd(
+                    rng, depth + 1
+                )
+                for _ in range(rng.randint(0, 3))
+            },
+            lambda: odd_container(rng, depth + 1),
+        ]
+    )()
+
+
+def odd_container(rng: random.Random, depth: int = 0) -> dict[str, Any]:
+    fields = {
+        "name": lambda: rng.choice(["c", None, 1]),
+        "resources": lambda: rng.choice(
+            [
+                odd(rng, depth + 1),
+                {
+                    w: rng.choice([odd(rng, depth + 1), {"nvidia.com/gpu": odd(rng, depth + 1)}])
+                    for w in rng.sample(["requests", "limits", "claims"], rng.randint(0, 3))
+                },
+            ]
+        ),
+        "env": lambda: rng.choice(
+            [
+                odd(rng, depth + 1),
+                [
+                    {
+                        "name": rng.choice(["NVIDIA_VISIBLE_DEVICES", None, 3]),
+                        "value": odd(rng, depth + 1),
+                    }
+                ],
+            ]
+        ),
+        "volumeMounts": lambda: rng.choice(
+            [odd(rng, depth + 1), [{"mountPath": odd(rng, depth + 1)}]]
+        ),
+        "securityContext": lambda: rng.choice(
+            [odd(rng, depth + 1), {"privileged": odd(rng, depth + 1)}]
+        ),
+    }
+    return {k: make() for k, make in fields.items() if rng.random() < 0.6}
+
+
+def odd_spec(rng: random.Random) -> Any:
+    if rng.random() < 0.2:
+        return odd(rng)
+    fields = {
+        "containers": lambda: rng.choice(
+            [odd(rng), [odd_container(rng) for _ in range(rng.randint(0, 2))]]
+        ),
+        "initContainers": lambda: rng.choice([odd(rng), [odd_container(rng)]]),
+        "volumes": lambda: rng.choice(
+            [odd(rng), [{"hostPath": rng.choice([odd(rng), {"path": odd(rng)}])}]]
+        ),
+        "tolerations": lambda: rng.choice([odd(rng), [{"key": odd(rng), "operator": odd(rng)}]]),
+        "nodeSelector": lambda: odd(rng),
+        "nodeName": lambda: odd(rng),
+        "affinity": lambda: odd(rng),
+        "resourceClaims": lambda: odd(rng),
+    }
+    return {k: make() for k, make in fields.items() if rng.random() < 0.5}
+
+
+def place(path: tuple[str, ...], value: Any, rng: random.Random) -> Any:
+    """`value` at `path` (list items and map values as one to two entries), or, now and then,
+    the path cut short by an odd value."""
+    if not path:
+        return value
+    if rng.random() < 0.05:
+        return odd(rng)
+    head, rest = path[0], path[1:]
+    if head == LIST_ITEMS:
+        return [place(rest, value, rng) for _ in range(rng.randint(1, 2))]
+    if head == MAP_VALUES:
+        return {f"k{i}": place(rest, value, rng) for i in range(rng.randint(1, 2))}
+    return {head: place(rest, value, rng)}
+
+
+def generated(
+    rng: random.Random, kinds: list[Workload]
+) -> Iterator[tuple[Workload, dict[str, Any]]]:
+    for i in range(OBJECTS):
+        w = kinds[i % len(kinds)]
+        d = w.declared
+        body: dict[str, Any] = {}
+        for path in rng.sample(list(w.spec_paths) or [()], k=1):
+            merged = place(path, odd_spec(rng), rng)
+            if isinstance(merged, dict):
+                body.update(merged)
+        api = f"{d.group}/{d.versions[0]}" if d.group else d.versions[0]
+        body |= {"apiVersion": api, "kind": d.kind, "metadata": {"name": f"o{i}"}}
+        yield w, body
+
+
+@pytest.fixture(scope="module")
+def custom_kinds(installed: Installed) -> Iterator[None]:
+    plane = installed.plane
+    definitions = crds()
+    plane.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(definitions))
+    for crd in definitions:
+        plane.kubectl(
+            "wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd['metadata']['name']}"
+        )
+    yield
+    plane.kubectl(
+        "delete", "-f", "-", "--wait=false", stdin=yaml.safe_dump_all(definitions), check=False
+    )
+
+
+def match_condition_errors(installed: Installed) -> float:
+    text = installed.plane.get_raw("/metrics").decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("apiserver_admission_match_condition_evaluation_errors_total"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_no_generated_object_makes_a_match_condition_fail(
+    installed: Installed, namespace: str, custom_kinds: None
+) -> None:
+    plane = installed.plane
+    rng = random.Random(SEED)
+    kinds = list(DEFAULT_TABLE.kinds)
+    answered: dict[int, int] = {}
+    errors_before = match_condition_errors(installed)
+    with httpx.Client(verify=plane.ssl_context(), timeout=30) as client:
+        # the apiserver serves the new kinds once discovery has them
+        eventually(
+            lambda: client.get(f"{plane.url}/apis/ray.io/v1").status_code == 200,
+            what="the custom kinds served",
+        )
+        for w, body in generated(rng, kinds):
+            d = w.declared
+            prefix = "/api" if not d.group else f"/apis/{d.group}"
+            where = f"/namespaces/{namespace}" if d.scope == "Namespaced" else ""
+            url = f"{plane.url}{prefix}/{d.versions[0]}{where}/{d.resource}"
+            answer = client.post(
+                url,
+                params={"dryRun": "All"},
+                content=json.dumps(body),
+                headers={"Content-Type": "application/json"},
+            )
+            answered[answer.status_code] = answered.get(answer.status_code, 0) + 1
+            text = answer.text
+            assert not re.search(r"match ?condition", text, re.I), (body, text)
+            assert answer.status_code in (200, 201, 400, 403, 422), (body, text)
+            if answer.status_code == 403:
+                assert "admission webhook" in text, text
+    print(f"\n{OBJECTS} generated objects of {len(kinds)} kinds, answers by status: {answered}")
+    assert match_condition_errors(installed) == errors_before == 0
+    # the generator reached the webhook, and the apiserver's own checks, both
+    assert answered.get(201) and (answered.get(400) or answered.get(422))
