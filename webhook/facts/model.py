@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from webhook.facts.dra import DraFacts
+from webhook.facts.quotascopes import ScopeTerm, pod_matches
 from webhook.namepatterns import NamePatterns
 from webhook.quantity import Amount
 
@@ -55,12 +56,18 @@ class Node:
 
 @dataclass(frozen=True, slots=True)
 class Quota:
-    """A native ResourceQuota, reduced to what GPU rules read."""
+    """A native ResourceQuota, reduced to what GPU rules read. A quota with `scopes` counts
+    only the pods they match (`webhook.facts.quotascopes`); none: every pod."""
 
     namespace: str
     name: str
     hard: Mapping[str, Amount]
     used: Mapping[str, Amount]
+    scopes: tuple[ScopeTerm, ...] = ()
+
+    def counts(self, spec: Mapping[str, Any], default_class: str = "") -> bool:
+        """Whether this quota counts (and may refuse) a pod with this spec."""
+        return not self.scopes or pod_matches(self.scopes, spec, default_class)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from webhook.facts.model import (
     Quota,
     visible_devices_keys,
 )
+from webhook.facts.quotascopes import scope_terms
 from webhook.podrequest import effective_request, is_sidecar
 from webhook.quantity import Amount, QuantityError, parse_quantity
 
@@ -130,13 +131,17 @@ def config_map_keys(obj: dict[str, Any]) -> dict[str, str]:
 
 
 def quota(obj: dict[str, Any]) -> Quota:
+    """A ResourceQuota's GPU keys, and the scopes that say which pods it counts."""
     meta, status = obj.get("metadata") or {}, obj.get("status") or {}
-    hard = status.get("hard") or (obj.get("spec") or {}).get("hard") or {}
+    spec = obj.get("spec")
+    spec = spec if isinstance(spec, dict) else {}
+    hard = status.get("hard") or spec.get("hard") or {}
     return Quota(
         meta.get("namespace", ""),
         meta.get("name", ""),
         _quota_amounts(hard),
         _quota_amounts(status.get("used")),
+        scope_terms(spec),
     )
 
 

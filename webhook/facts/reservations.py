@@ -331,11 +331,15 @@ def natively_capped(quotas: tuple[Quota, ...]) -> frozenset[str]:
     entry is never enforced for extended resources) and DRA device-class keys. The apiserver's
     quota admission counts them transactionally across every replica and cannot be forged, so
     a hold adds nothing there: a forged review must never make a real pod's budget look full.
-    Per-product caps are no resource a quota can name; their holds still count."""
+    Per-product caps are no resource a quota can name; their holds still count. A scoped
+    quota counts only the pods its scopes match: it keeps no budget, so holds count beside
+    it."""
     if not quotas:
         return frozenset()
     names = set()
     for quota in quotas:
+        if quota.scopes:
+            continue
         for key in quota.hard:
             if key.startswith("requests."):
                 names.add(key[len("requests.") :])

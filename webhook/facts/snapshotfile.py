@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
 from webhook.facts import dra
@@ -35,9 +35,11 @@ from webhook.facts.model import (
     Quota,
 )
 from webhook.facts.provisioning import provisioning
+from webhook.facts.quotascopes import ScopeTerm
+from webhook.facts.quotascopes import problems as scope_problems
 from webhook.facts.servingruntimes import RuntimeStore
 from webhook.facts.static import StaticSnapshot
-from webhook.modelerrors import describe
+from webhook.modelerrors import Invalid, describe
 from webhook.quantity import Amount, QuantityError, parse_quantity
 from webhook.yamlinput import YamlFileError, read_document
 
@@ -67,11 +69,52 @@ class _NodeDoc(_Model):
     taints: list[_TaintDoc] = Field(default_factory=list)
 
 
+_ScopeName = Literal[
+    "Terminating",
+    "NotTerminating",
+    "BestEffort",
+    "NotBestEffort",
+    "PriorityClass",
+    "CrossNamespacePodAffinity",
+    "VolumeAttributesClass",  # a storage scope: counts no pod
+]
+
+
+class _ScopeExpressionDoc(_Model):
+    scope_name: _ScopeName
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[str] = Field(default_factory=list)
+
+
+class _ScopeSelectorDoc(_Model):
+    match_expressions: list[_ScopeExpressionDoc] = Field(default_factory=list)
+
+
 class _QuotaDoc(_Model):
     namespace: str
     name: str
     hard: dict[str, int | str] = Field(default_factory=dict)
     used: dict[str, int | str] = Field(default_factory=dict)
+    # Which pods the quota counts, as the ResourceQuota's spec says it; none: every pod.
+    scopes: list[_ScopeName] = Field(default_factory=list)
+    scope_selector: _ScopeSelectorDoc | None = None
+
+    def terms(self) -> tuple[ScopeTerm, ...]:
+        expressions = self.scope_selector.match_expressions if self.scope_selector else []
+        return (
+            *(ScopeTerm(s) for s in self.scopes),
+            *(ScopeTerm(e.scope_name, e.operator, tuple(e.values)) for e in expressions),
+        )
+
+    @model_validator(mode="after")
+    def _scopes_the_apiserver_stores(self) -> _QuotaDoc:
+        found = scope_problems(self.terms())
+        if found:
+            raise Invalid(
+                "; ".join(found),
+                "write scopes as the ResourceQuota has them (kubectl get resourcequota -o yaml)",
+            )
+        return self
 
 
 class _PriorityClassDoc(_Model):
@@ -180,6 +223,7 @@ def snapshot_from_doc(doc: SnapshotFile) -> StaticSnapshot:
             q.name,
             _amounts(q.hard, f"resourceQuotas[{i}].hard"),
             _amounts(q.used, f"resourceQuotas[{i}].used"),
+            q.terms(),
         )
         for i, q in enumerate(doc.resource_quotas)
     ]

@@ -23,8 +23,9 @@ from webhook.engine.findings import Finding
 from webhook.engine.podviews import PodView
 from webhook.engine.totals import Totals
 from webhook.facts.dra import DraFacts
-from webhook.facts.model import GPU_PRODUCT_LABEL, Facts, NodeIndex, Usage
+from webhook.facts.model import GPU_PRODUCT_LABEL, Facts, NodeIndex, Quota, Usage
 from webhook.facts.nodematch import Placement
+from webhook.facts.quotascopes import describe as describe_scopes
 from webhook.namepatterns import NamePatterns
 from webhook.quantity import Amount, show
 from webhook.ruleset.models import QuotaBudget, RuleSettings
@@ -128,10 +129,34 @@ def _product_fix(
 
 
 def _kept_natively(name: str, cap: Amount, facts: Facts) -> bool:
-    """Whether a ResourceQuota of the namespace caps `name` at `cap` or tighter: then the
-    apiserver keeps this limit exactly, and this replica's holds need not count for it."""
+    """Whether a ResourceQuota of the namespace caps `name` at `cap` or tighter for every
+    pod: then the apiserver keeps this limit exactly, and this replica's holds need not
+    count for it. A scoped quota counts some pods only, so it keeps no budget."""
     key = name if claims.class_of_key(name) else f"requests.{name}"
-    return any(key in q.hard and q.hard[key] <= cap for q in facts.quotas)
+    return any(key in q.hard and q.hard[key] <= cap and not q.scopes for q in facts.quotas)
+
+
+def _default_class(facts: Facts) -> str:
+    """The global default PriorityClass (the highest-valued one, as the Priority admission
+    plugin picks it): a pod that names no class gets it before quota admission."""
+    best = None
+    for pc in facts.priority_classes.values():
+        if pc.global_default and (best is None or pc.value > best.value):
+            best = pc
+    return best.name if best is not None else ""
+
+
+def _counting(pod: PodView, facts: Facts) -> list[Quota]:
+    """The namespace's quotas that count this pod (its scopes match it, or it has none)."""
+    quotas = facts.quotas
+    if not any(q.scopes for q in quotas):
+        return list(quotas)
+    default = _default_class(facts)
+    return [q for q in quotas if q.counts(pod.spec, default)]
+
+
+def _for_whom(quota: Quota) -> str:
+    return f" (for pods with {describe_scopes(quota.scopes)})" if quota.scopes else ""
 
 
 def _over_budget(
@@ -247,12 +272,13 @@ def _native(pod: PodView, ctx: Context, ask: dict[str, Amount], facts: Facts) ->
     Extended resources are quota'd as `requests.<name>` (and `limits.<name>` is accepted too).
     `used` already counts admitted pods, so in-flight reservations are not added again. A
     controller is judged once for all its pods (`ctx.totals`), a gang kind that could never
-    fit refused.
+    fit refused. A scoped quota judges only the pods its scopes match (for a controller,
+    its lead template's).
     """
     totals = ctx.totals
     if totals is not None and pod.pointer != totals.lead:
         return
-    for quota in facts.quotas:
+    for quota in _counting(pod, facts):
         for key, hard in quota.hard.items():
             prefix, _, name = key.partition(".")
             if prefix not in ("requests", "limits"):
@@ -262,9 +288,8 @@ def _native(pod: PodView, ctx: Context, ask: dict[str, Amount], facts: Facts) ->
                 if total <= 0:
                     continue
                 if totals.gang and total > hard and prefix == "requests":  # enforced
-                    yield _never_fits(
-                        pod, ctx, totals, name, hard, f"ResourceQuota {quota.name} ({key})"
-                    )
+                    where = f"ResourceQuota {quota.name} ({key}){_for_whom(quota)}"
+                    yield _never_fits(pod, ctx, totals, name, hard, where)
                     continue
             elif name in ask:
                 total = ask[name]
@@ -276,8 +301,8 @@ def _native(pod: PodView, ctx: Context, ask: dict[str, Amount], facts: Facts) ->
             yield Finding(
                 rule=RULE,
                 summary=(
-                    f"{RULE}: ResourceQuota {quota.name} allows {key} {show(hard)} and "
-                    f"{show(used)} are used; this asks {show(total)}"
+                    f"{RULE}: ResourceQuota {quota.name}{_for_whom(quota)} allows {key} "
+                    f"{show(hard)} and {show(used)} are used; this asks {show(total)}"
                 ),
                 fix=(
                     f"the API server will refuse this with 'exceeded quota: {quota.name}'. Ask "
@@ -315,6 +340,8 @@ def _native_devices(
     charged = claims.device_totals(devices, claims.MAX_ALLOCATION)
     pods = pod.replicas if ctx.kind != "Pod" else 1
     for quota in facts.quotas:
+        if quota.scopes:  # the apiserver matches no scope to a ResourceClaim
+            continue
         for key, hard in quota.hard.items():
             per = charged.get(key)
             if per is None:
@@ -377,11 +404,18 @@ def _plus(usage: Usage, more: Usage) -> Usage:
 
 
 def _has_gpu_quota(
-    budgets: list[tuple[QuotaBudget, NamePatterns | None]], facts: Facts, ctx: Context
+    budgets: list[tuple[QuotaBudget, NamePatterns | None]],
+    facts: Facts,
+    ctx: Context,
+    pod: PodView,
 ) -> bool:
+    """A budget, or a GPU ResourceQuota that counts this pod (a scoped one that does not is
+    no quota for it)."""
     if budgets:
         return True
-    return any(_is_gpu_quota_key(key, ctx, facts) for quota in facts.quotas for key in quota.hard)
+    return any(
+        _is_gpu_quota_key(key, ctx, facts) for quota in _counting(pod, facts) for key in quota.hard
+    )
 
 
 def gpu_quota(pod: PodView, ctx: Context) -> Iterator[Finding]:
@@ -409,7 +443,7 @@ def gpu_quota(pod: PodView, ctx: Context) -> Iterator[Finding]:
     if cfg.native_quota:
         yield from _native(pod, ctx, ask, facts)
         yield from _native_devices(pod, ctx, devices, facts)
-    if cfg.require_quota and not _has_gpu_quota(budgets, facts, ctx):
+    if cfg.require_quota and not _has_gpu_quota(budgets, facts, ctx, pod):
         first = next(iter(every))
         key = first if claims.class_of_key(first) else f"requests.{first}"
         yield Finding(
