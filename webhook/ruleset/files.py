@@ -22,6 +22,7 @@ import yaml
 from pydantic import ValidationError
 
 from webhook.modelerrors import Problem, problems
+from webhook.ruleset.linetree import LineTree
 from webhook.ruleset.models import RuleSet
 from webhook.yamlinput import deeper_than_at, syntax_error, unreadable
 
@@ -288,50 +289,43 @@ _KEYED_LISTS: dict[Path_, Callable[[Any], Any]] = {
 def _layer(
     merged: dict[str, Any],
     doc: dict[str, Any],
-    lines: dict[Path_, Where],
-    file_lines: dict[Path_, Where],
+    lines: LineTree[Where],
+    file_lines: LineTree[Where],
 ) -> None:
     """Lay one file over what the earlier files built, key by key; `lines` follows, so each
-    setting is traced to the file that set it last."""
+    setting is traced to the file that set it last. Linear in the file: what a key or a list
+    item replaces is dropped, and what the file wrote there moved over, a subtree at a time."""
 
-    def forget(prefix: Path_) -> None:
-        for path in [p for p in lines if p[: len(prefix)] == prefix]:
-            del lines[path]
-
-    def take(prefix: Path_, into: Path_) -> None:
-        for path, where in file_lines.items():
-            if path[: len(prefix)] == prefix:
-                lines[(*into, *path[len(prefix) :])] = where
-
-    def lay(base: dict[str, Any], top: dict[str, Any], at: Path_) -> None:
+    def lay(
+        base: dict[str, Any], top: dict[str, Any], at: Path_, mine: LineTree[Where] | None
+    ) -> None:
         for key, value in top.items():
             here = (*at, key)
             old = base.get(key)
+            written = mine.kids.get(key) if mine is not None else None
             if isinstance(value, dict) and isinstance(old, dict):
-                if here in file_lines:
-                    lines[here] = file_lines[here]
-                lay(old, value, here)
+                if written is not None and written.where is not None:
+                    lines.make(here).where = written.where
+                lay(old, value, here, written)
             elif here in _KEYED_LISTS and isinstance(value, list) and isinstance(old, list):
                 key_of = _KEYED_LISTS[here]
                 index = {key_of(item): i for i, item in enumerate(old) if key_of(item) is not None}
-                mine: set[Any] = set()  # one file naming an entry twice keeps both: refused
+                mine_seen: set[Any] = set()  # one file naming an entry twice keeps both: refused
                 for j, item in enumerate(value):
                     name = key_of(item)
-                    i = index.get(name) if name is not None and name not in mine else None
-                    mine.add(name)
+                    i = index.get(name) if name is not None and name not in mine_seen else None
+                    mine_seen.add(name)
                     if i is None:
                         i = len(old)
                         old.append(item)
                     else:
                         old[i] = item
-                        forget((*here, i))
-                    take((*here, j), (*here, i))
+                    lines.graft((*here, i), written.kids.get(j) if written is not None else None)
             else:
-                forget(here)
                 base[key] = value
-                take(here, here)
+                lines.graft(here, written)
 
-    lay(merged, doc, ())
+    lay(merged, doc, (), file_lines)
 
 
 def _syntax_problem(path: Path, exc: yaml.YAMLError) -> str:
@@ -422,7 +416,7 @@ def load_rules_with_sources(folder: Path | str | None) -> LoadedRules:
             ]
         )
     merged: dict[str, Any] = {}
-    lines: dict[Path_, Where] = {}
+    tree: LineTree[Where] = LineTree()
     unread: list[str] = []  # one per file, in file order
     for path in rule_files(folder):
         try:
@@ -446,9 +440,10 @@ def load_rules_with_sources(folder: Path | str | None) -> LoadedRules:
                     "the file with top-level keys such as rules:, exemptions: or overrides:"
                 )
                 continue
-            _layer(merged, doc, lines, file_lines)
+            _layer(merged, doc, tree, LineTree.of(file_lines))
     if unread:
         raise RuleFileError(unread)
+    lines = tree.flat()
     try:
         return LoadedRules(RuleSet.model_validate(merged), lines)
     except ValidationError as exc:
