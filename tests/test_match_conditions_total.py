@@ -168,15 +168,38 @@ OBJECT_PATHS: list[tuple[str | int, ...]] = [
     ("metadata", "annotations"),
 ]
 
-WHERE = [("spec", p) for p in SPEC_PATHS] + [("object", p) for p in OBJECT_PATHS]
+# Paths inside the metadata beside a pod spec (its template's, or a Pod's own).
+META_PATHS: list[tuple[str | int, ...]] = [
+    (),
+    ("annotations",),
+    ("annotations", "devices.gke.io/container.main"),
+    ("annotations", "mounts.nri.io"),
+]
+
+WHERE = (
+    [("spec", p) for p in SPEC_PATHS]
+    + [("object", p) for p in OBJECT_PATHS]
+    + [("meta", p) for p in META_PATHS]
+)
 _INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 _TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=6)
 # Map keys without NUL: the C++ engine's Python binding cuts keys at a NUL, so {"": ., "\0": .}
 # reads there as a duplicate key, which no apiserver sees (its CEL is Go's, strings whole).
 _KEY = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\0"), max_size=6)
+# Device-injection annotation keys and values, so that routed annotations occur too.
+_INJECTION = st.sampled_from(
+    ["devices.gke.io/container.main", "devices.nri.io", "cdi.nri.io/pod", "mounts.x", "devices"]
+)
+_KEYS = _KEY | _INJECTION
+_LEAF = st.sampled_from(["- path: /dev/nvidia0\n", "- nvidia.com/gpu=all", "- source: /sys"])
 JSON = st.recursive(
-    st.none() | st.booleans() | _INT64 | st.floats(allow_nan=False, allow_infinity=False) | _TEXT,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_KEY, inner, max_size=3),
+    st.none()
+    | st.booleans()
+    | _INT64
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | _TEXT
+    | _LEAF,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_KEYS, inner, max_size=3),
     max_leaves=6,
 )
 
@@ -227,9 +250,7 @@ def _needs_webhook(obj: Any, old: Any, operation: str) -> bool | None:
 @given(
     workload=st.sampled_from(KINDS),
     container=st.sampled_from([GPU_CONTAINER, PLAIN_CONTAINER]),
-    where=st.sampled_from(
-        [("spec", p) for p in SPEC_PATHS] + [("object", p) for p in OBJECT_PATHS]
-    ),
+    where=st.sampled_from(WHERE),
     value=JSON,
     operation=st.sampled_from(["CREATE", "UPDATE"]),
 )
@@ -242,7 +263,12 @@ def test_any_json_anywhere_evaluates_in_both_cel_implementations_and_routes_what
 ) -> None:
     base = _object(workload, {"containers": [copy.deepcopy(container)]})
     scope, path = where
-    full = (*_spec_root(workload), *path) if scope == "spec" else path
+    if scope == "spec":
+        full = (*_spec_root(workload), *path)
+    elif scope == "meta":
+        full = (*_spec_root(workload)[:-1], "metadata", *path)
+    else:
+        full = path
     obj = _set(base, full, value)
     old = base if operation == "UPDATE" else None
     results = _both(obj, old, operation)
@@ -284,6 +310,17 @@ def test_the_values_seen_in_real_crd_objects_evaluate_everywhere(
     """`env: null`, `tolerations: null`, `resourceClaims: 7`... at each path of each kind."""
     base = _object(workload, {"containers": [copy.deepcopy(PLAIN_CONTAINER)]})
     _both(_set(base, (*_spec_root(workload), *path), value), None, "CREATE")
+
+
+@pytest.mark.parametrize("value", VALUES.values(), ids=VALUES.keys())
+@pytest.mark.parametrize("path", META_PATHS[1:], ids=["annotations", "devices", "mounts"])
+@pytest.mark.parametrize("workload", KINDS, ids=[f"{w.group}/{w.kind}" for w in KINDS])
+def test_any_value_in_the_metadata_beside_a_pod_spec_evaluates_everywhere(
+    workload: Workload, path: tuple[str | int, ...], value: Any
+) -> None:
+    """`annotations: null`, an injection annotation holding a number... beside each pod spec."""
+    base = _object(workload, {"containers": [copy.deepcopy(PLAIN_CONTAINER)]})
+    _both(_set(base, (*_spec_root(workload)[:-1], "metadata", *path), value), None, "CREATE")
 
 
 def test_a_gpu_pod_spec_is_still_sent_and_a_plain_one_is_not() -> None:

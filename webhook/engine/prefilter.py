@@ -2,8 +2,9 @@
 
 Most pods ask for no GPU. Every rule that can fire on such a pod needs a tell-tale string in
 the object: a GPU resource name (for the GPU rules), a GPU taint key (a toleration of it), a GPU
-node-label prefix, a keyless toleration, `nodeName`, `NVIDIA_VISIBLE_DEVICES`, `hostPath`, or
-DRA `resourceClaims` (whether they are GPU claims only the cluster facts say).
+node-label prefix, a keyless toleration, `nodeName`, `NVIDIA_VISIBLE_DEVICES`, `hostPath`,
+DRA `resourceClaims` (whether they are GPU claims only the cluster facts say), or a
+device-injection annotation's domain.
 (Clusters whose GPU nodes carry no GPU taint are the exception: the driver skips this filter
 when its facts show one.) If none of them occurs in the bytes, the answer is
 "allowed, no patch" and the object is never decoded. A marker that occurs somewhere else (an
@@ -39,6 +40,11 @@ _ALWAYS = (
     b"nvidia-container-devices",  # the toolkit's volume-mount device list
     # DRA: a pod spec's claims name no GPU word; only the facts tell a GPU claim.
     b'"resourceClaims"',
+    # Device-injection annotations (engine.injection): GKE's, and the NRI plugins' (devices,
+    # mounts, CDI devices under noderesource.dev and nri.io).
+    b"devices.gke.io",
+    b"noderesource.dev",
+    b"nri.io",
 )
 _ESCAPES = (b"\\/", b"\\u")  # as they appear in the JSON bytes: backslash-slash, backslash-u
 

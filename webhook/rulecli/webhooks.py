@@ -19,6 +19,7 @@ from typing import TypeVar
 from webhook.celtext import name_test, q, qlist
 from webhook.engine.compiled import CompiledRuleSet
 from webhook.engine.hostreach import route_prefixes
+from webhook.engine.injection import PREFIXES as INJECTION_PREFIXES
 from webhook.engine.workloads import Workload, WorkloadTable
 from webhook.namepatterns import NamePatterns, is_pattern
 from webhook.ruleset.hostpaths import HOST_PATHS, VENDOR_PATHS, HostPathRow
@@ -305,7 +306,32 @@ type(object) == map && {_has("object", "kind", "string")}
         expr += f"""
 // 3. {_names(kinds)}: a container outside any pod spec, its resources under `{key}`
 || ({collect}).exists(c, type(c) == map && {_container_test(key, names)})"""
-    return expr + ")"
+    return expr + _injection_test(table) + ")"
+
+
+def _injection_test(table: WorkloadTable) -> str:
+    """Device-injection annotations in the metadata beside any pod spec (engine.injection):
+    a node plugin adds the devices and mounts they list, so such a pod is sent whatever else
+    it holds."""
+    metas = _by_path(
+        (w, (*p[:-1], "metadata"))
+        for w in table.kinds
+        for p in w.spec_paths
+        if p and p[-1] not in (LIST_ITEMS, MAP_VALUES)
+    )
+    lists = ",\n".join(
+        f"  // {_names(kinds)}\n  "
+        + _collect(path, [f"({_kind_test(kinds)})"]).replace("\n", "\n  ")
+        for path, kinds in metas.items()
+    )
+    return f"""
+// 4. Device-injection annotations (GKE's NRI device injector, the NRI plugins' devices, mounts
+//    and CDI devices) in the metadata beside a pod spec.
+|| ([
+{lists}
+].exists(ms, ms.exists(m, type(m) == map && {_has("m", "annotations", "map")}
+  && dyn(m.annotations).exists(k, type(k) == string
+    && {qlist(list(INJECTION_PREFIXES))}.exists(x, k.startsWith(x))))))"""
 
 
 # --- the two configurations -----------------------------------------------------------------------

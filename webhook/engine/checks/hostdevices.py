@@ -5,6 +5,10 @@ A hostPath volume is judged by what the path reaches (`engine.hostreach`, the ta
 runtime's socket. Every pod is judged, whether or not it can land on a GPU node: a host path
 is fixed in the object and cheap to tell.
 
+Device-injection annotations (`engine.injection`: GKE's NRI device injector, the NRI sample
+plugins' devices, mounts and CDI devices) are judged the same way, as host paths of the devices
+and mount sources they name: a node plugin adds them without an allocation.
+
 A pod that fills every node it can run on (its GPU ask takes all of each node's GPUs) shares its
 node's GPUs with no one: as for privileged mode, device nodes and sysfs reach only its own. The
 host's root and a runtime socket reach past the GPUs, and stay denied.
@@ -17,10 +21,12 @@ from collections.abc import Iterator
 from webhook.engine.checks.isolation import _fix, _judged
 from webhook.engine.checks.schedulable import why_not_whole_node
 from webhook.engine.context import Context
+from webhook.engine.fields import dotted
 from webhook.engine.findings import Finding
 from webhook.engine.hostreach import Reach, classify, normalise, rows_for
+from webhook.engine.injection import Injected, injections
 from webhook.engine.podviews import ContainerView, PodView
-from webhook.ruleset.hostpaths import EXEMPTABLE, GPU_SYSFS, HOST_ROOT, RUNTIME
+from webhook.ruleset.hostpaths import DEVICES, EXEMPTABLE, GPU_SYSFS, HOST_ROOT, KINDS, RUNTIME
 
 __all__ = ["host_gpu_devices"]
 
@@ -64,6 +70,9 @@ def host_gpu_devices(pod: PodView, ctx: Context) -> Iterator[Finding]:
         for i, v in enumerate(pod.spec.get("volumes") or [])
         if isinstance(v.get("hostPath"), dict) and isinstance(v["hostPath"].get("path"), str)
     ]
+    injected = injections(pod.annotations) if pod.annotations else []
+    if injected:
+        yield from _annotations(pod, ctx, injected)
     if not volumes:
         return  # nearly every pod: nothing to classify
     rows = rows_for(ctx.rules.is_gpu)
@@ -96,4 +105,71 @@ def host_gpu_devices(pod: PodView, ctx: Context) -> Iterator[Finding]:
                 f"remove the volume at {field} ({_INSTEAD.get(reach.kind, _DEFAULT)})" + because,
             ),
             field=f"{field}.hostPath.path",
+        )
+
+
+_CDI = Reach(
+    DEVICES, f"{KINDS[DEVICES]} (a CDI device: the node's CDI specs hand out its device nodes)"
+)
+_UNREADABLE = "unreadable"
+
+
+def _reach(item: Injected, pod: PodView, ctx: Context) -> Reach | None:
+    if item.unreadable:
+        return Reach(_UNREADABLE, f"cannot be read exactly: {item.unreadable}")
+    if item.cdi:
+        return _CDI
+    rows = rows_for(ctx.rules.is_gpu)
+    return classify(normalise(item.host_path), rows, ctx.settings.host_gpu_devices.paths)
+
+
+def _annotations(pod: PodView, ctx: Context, injected: list[Injected]) -> Iterator[Finding]:
+    """One finding per annotation that injects something reaching GPUs (its first such item
+    named), or that cannot be read exactly."""
+    names = {c.name for c in pod.containers}
+    focus = {c.name for c in _judged(pod)} if pod.focus is not None else None
+    meta = pod.field_path.rsplit(".spec", 1)[0] + ".metadata" if "." in pod.field_path else ""
+    meta = meta or "metadata"
+    seen: dict[str, int] = {}
+    first: dict[str, tuple[Injected, Reach]] = {}
+    for item in injected:
+        if focus is not None and item.container and item.container not in focus:
+            continue  # an ephemeral update: only what reaches the new containers is new
+        reach = _reach(item, pod, ctx)
+        if reach is None:
+            continue
+        seen[item.key] = seen.get(item.key, 0) + 1
+        first.setdefault(item.key, (item, reach))
+    for key, (item, reach) in first.items():
+        exempt, because = _whole_node(pod, ctx, reach)
+        if exempt:
+            continue
+        if not item.container:
+            target = "every container"
+        elif item.container in names:
+            target = f'container "{item.container}"'
+        else:
+            target = f'container "{item.container}" (none yet)'
+        field = dotted(meta, "annotations", key)
+        more = f" and {seen[key] - 1} more" if seen[key] > 1 else ""
+        if reach.kind == _UNREADABLE:
+            summary = f"annotation {key!r} for {target} {reach.why}"
+            fix = (
+                f"write {field} as the node plugin documents it, a block list of plain "
+                "entries (- path: /dev/...), or remove it; a value the webhook cannot read "
+                "exactly may inject any device"
+            )
+        else:
+            summary = (
+                f"annotation {key!r} injects {item.what}{more} into {target}, which {reach.why}"
+            )
+            fix = (
+                f"remove {field}: a node plugin adds what it lists without an allocation. Ask "
+                "for GPUs in resources.limits" + because
+            )
+        yield Finding(
+            rule=RULE,
+            summary=f"{RULE}: {summary}; expected no device injection that reaches GPUs",
+            fix=_fix(pod, ctx, fix),
+            field=field,
         )
