@@ -73,6 +73,8 @@ def test_audit_cluster_reports_what_the_webhook_decides_on_the_same_objects(
         ),
         what="quota status",
     )
+    # as a platform engineer runs it, with their own credentials (the webhook's account reads
+    # no Deployments)
     done = subprocess.run(
         [
             sys.executable,
@@ -81,7 +83,7 @@ def test_audit_cluster_reports_what_the_webhook_decides_on_the_same_objects(
             "audit",
             "--cluster",
             "--kubeconfig",
-            str(installed.sa_kubeconfig),
+            str(plane.kubeconfig),
             "--rules",
             str(installed.rules),
             "--namespace",
