@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from webhook.engine.compiled import compile_rules
-from webhook.engine.pipeline import evaluate
+from webhook.engine.pipeline import Stage, evaluate
 from webhook.engine.subject import subject_for
 from webhook.ruleset.files import load_rules
 
@@ -59,3 +59,30 @@ def test_odd_types_where_the_scheduler_reads_are_no_crash() -> None:
         pod = copy.deepcopy(POD)
         pod["metadata"]["annotations"] = notes
         evaluate(subject_for(pod, namespace="ml-team"), RULES, None)  # a decision, not a crash
+
+
+def _without_env(pod: dict[str, Any]) -> dict[str, Any]:
+    """As the pod is before the sharing scheduler's webhook and ours have mutated it."""
+    pod = copy.deepcopy(pod)
+    del pod["spec"]["containers"][0]["env"]
+    return pod
+
+
+def test_validation_alone_requires_what_mutation_would_have_set() -> None:
+    """The mutating webhooks' failurePolicy is Ignore: a shared container that reaches /validate
+    unmutated, leaving NVIDIA_VISIBLE_DEVICES to its image ('all' in CUDA images), is denied."""
+    pod = _without_env(POD)
+    decision = evaluate(subject_for(pod, namespace="ml-team"), RULES, None, stage=Stage.VALIDATE)
+    found = [f for f in decision.denials if f.rule == "visible-devices"]
+    assert found, decision
+    assert "'void' or the sharing scheduler's ConfigMap reference" in found[0].summary
+    assert found[0].field == "spec.containers[0].env"
+
+
+def test_after_mutation_the_shared_container_is_admitted() -> None:
+    """Our mutation sets void until the scheduler's webhook points it at the ConfigMap."""
+    decision = evaluate(subject_for(_without_env(POD), namespace="ml-team"), RULES, None)
+    assert not [f for f in decision.denials if f.rule == "visible-devices"]
+    assert decision.mutated is not None
+    env = decision.mutated["spec"]["containers"][0]["env"]
+    assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"} in env

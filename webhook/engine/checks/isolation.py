@@ -255,6 +255,8 @@ def visible_devices(pod: PodView, ctx: Context) -> Iterator[Finding]:
                 field,
                 advisory=not definite and cfg.when_unknown == "allow",
             )
+        elif c.shared_gpu and pod.mutable and not pod.runtime:
+            yield _shared_left_to_image(pod, ctx, c)
         elif not c.asks_gpu and pod.mutable and not pod.runtime:
             # Left to the image. Not where `void` is never added: kinds judged but not patched
             # (their pods get it when created) and runtimes others are merged over.
@@ -274,6 +276,29 @@ def visible_devices(pod: PodView, ctx: Context) -> Iterator[Finding]:
                 ),
                 field=f"{c.field_path}.env",
             )
+
+
+def _shared_left_to_image(pod: PodView, ctx: Context, c: ContainerView) -> Finding:
+    """A shared container with the variable left to its image: what the mutations set (our
+    `void`, then the sharing scheduler's ConfigMap reference) is missing, as when both mutating
+    webhooks were skipped (failurePolicy Ignore). Validation requires it all the same."""
+    return Finding(
+        rule="visible-devices",
+        summary=(
+            f"visible-devices: {c.label()} is given part of a GPU by the sharing scheduler and "
+            f"leaves {VISIBLE_DEVICES} to its image (CUDA images set 'all': every GPU of the "
+            f"node); expected {HIDDEN!r} or the sharing scheduler's ConfigMap reference"
+        ),
+        fix=_fix(
+            pod,
+            ctx,
+            f"add {{name: {VISIBLE_DEVICES}, value: {HIDDEN}}} to {c.field_path}.env (the "
+            "sharing scheduler's webhook then points it at the ConfigMap its binder fills); the "
+            "mutating webhooks that set it were skipped",
+            system=False,
+        ),
+        field=f"{c.field_path}.env",
+    )
 
 
 def _finding(
