@@ -47,6 +47,9 @@ PATHS = {
     "resourceclaims": "/apis/resource.k8s.io/v1/resourceclaims",
     "servingruntimes": "/apis/serving.kserve.io/v1alpha1/servingruntimes",
     "clusterservingruntimes": "/apis/serving.kserve.io/v1alpha1/clusterservingruntimes",
+    "validatingwebhookconfigurations": (
+        "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+    ),
 }
 KIND_NAMES = {
     "namespaces": ("v1", "Namespace"),
@@ -71,6 +74,10 @@ KIND_NAMES = {
     "resourceclaims": ("resource.k8s.io/v1", "ResourceClaim"),
     "servingruntimes": ("serving.kserve.io/v1alpha1", "ServingRuntime"),
     "clusterservingruntimes": ("serving.kserve.io/v1alpha1", "ClusterServingRuntime"),
+    "validatingwebhookconfigurations": (
+        "admissionregistration.k8s.io/v1",
+        "ValidatingWebhookConfiguration",
+    ),
 }
 # Kinds that also answer on /namespaces/{namespace}/<plural> under their group's prefix.
 NAMESPACED = {

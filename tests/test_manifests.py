@@ -275,6 +275,8 @@ def test_the_webhook_may_only_read_the_cluster() -> None:
         ("resource.k8s.io", "resourceclaims"),
         ("serving.kserve.io", "servingruntimes"),  # whether a runtime brings /dev/shm
         ("serving.kserve.io", "clusterservingruntimes"),
+        # how long the admission chain may keep a pod create waiting: GPU holds outlast it
+        ("admissionregistration.k8s.io", "validatingwebhookconfigurations"),
     }
     assert all(verbs == {"get", "list", "watch"} for verbs in granted.values())
     binding = one("base", "ClusterRoleBinding")

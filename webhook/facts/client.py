@@ -22,6 +22,10 @@ def list_call(api_client: Any, kind: Kind) -> Callable[..., Any]:
     if kind.api == "custom":
         custom = client.CustomObjectsApi(api_client)
         return functools.partial(getattr(custom, kind.method), kind.group, kind.version, kind.name)
-    api = client.CoreV1Api if kind.api == "core" else client.SchedulingV1Api
+    api = {
+        "core": client.CoreV1Api,
+        "scheduling": client.SchedulingV1Api,
+        "admissionregistration": client.AdmissionregistrationV1Api,
+    }[kind.api]
     fn: Callable[..., Any] = getattr(api(api_client), kind.method)
     return fn

@@ -43,7 +43,7 @@ from typing import Any
 
 import orjson
 
-from webhook.facts import dra, objects, servingruntimes
+from webhook.facts import dra, objects, servingruntimes, webhookconfigs
 from webhook.facts.client import list_call
 from webhook.facts.model import (
     EMPTY_USAGE,
@@ -68,6 +68,7 @@ from webhook.facts.watched import (
     PROVISIONING_KINDS,
     SERVING_KINDS,
     SHAPES,
+    WEBHOOK_KINDS,
     Kind,
     describe,
     lines_until_cut,
@@ -79,7 +80,7 @@ __all__ = ["DRA_KINDS", "KINDS", "PROVISIONING_KINDS", "SERVING_KINDS", "LiveCac
 log = logging.getLogger("gpu-admission.cache")
 
 
-_OPTIONAL = PROVISIONING_KINDS + DRA_KINDS + SERVING_KINDS
+_OPTIONAL = PROVISIONING_KINDS + DRA_KINDS + SERVING_KINDS + WEBHOOK_KINDS
 
 # What a namespace without a relevant ConfigMap hands out: known, and empty.
 _NO_CONFIG_MAPS: Mapping[str, Mapping[str, str]] = MappingProxyType({})
@@ -134,6 +135,7 @@ class LiveCache:
             lambda: self._usage, lambda: self._namespaces, self._dra.claim_devices
         )
         self._runtimes = servingruntimes.RuntimeStore()  # KServe's serving runtimes
+        self._webhooks = webhookconfigs.WebhookTimeouts()  # how long the chain waits
         self._lock = threading.Lock()  # writers only; readers take references to whole values
         self._contact: dict[str, float] = {}  # kind -> monotonic time of last sign of life
         self._synced: set[str] = set()
@@ -182,6 +184,10 @@ class LiveCache:
         if not self._all_synced:
             return float("inf")
         return time.monotonic() - min(map(self._contact.__getitem__, _CORE))
+
+    def webhook_seconds(self) -> float | None:
+        """The longest the validating webhooks on pods may take; None: unknown."""
+        return self._webhooks.longest()
 
     def pods_current(self) -> bool:
         """Whether the pods watch is listed, open and in step, so a pod stored now shows within
@@ -251,6 +257,9 @@ class LiveCache:
         if kind in SERVING_KINDS:
             with self._lock:
                 return self._runtimes.not_served(kind.name, status)
+        if kind in WEBHOOK_KINDS:
+            with self._lock:
+                return self._webhooks.not_served(status)
         with self._lock:
             if kind in DRA_KINDS:
                 self._dra.not_served(kind.name, forbidden=status == 403)
@@ -387,6 +396,8 @@ class LiveCache:
                 self._dra.replace(kind, fresh.dra)
             elif kind in servingruntimes.KINDS:
                 self._runtimes.replace(kind, fresh.runtimes)
+            elif kind == webhookconfigs.KIND:
+                self._webhooks.replace(fresh.webhooks)
 
     def _provisionable_now(self) -> Provisioning | None:
         """Every listed autoscaler kind's shapes by namespace; None while one is unknown or
@@ -444,7 +455,10 @@ class LiveCache:
                     classes[name] = objects.priority_class(obj)
                 self._classes = classes
             elif kind == "configmaps":
-                self._apply_config_map(ns, name, {} if deleted else objects.config_map_keys(obj))
+                keys = {} if deleted else objects.config_map_keys(obj)
+                objects.put_config_map_keys(self._config_maps, ns, name, keys)
+            elif kind == webhookconfigs.KIND:
+                self._webhooks.put(name, None if deleted else webhookconfigs.reduce(obj)[1])
             elif kind in servingruntimes.KINDS:
                 runtime = None if deleted else servingruntimes.reduce(kind, obj)[1]
                 self._runtimes.put(kind, ns, name, runtime)
@@ -475,24 +489,6 @@ class LiveCache:
             self._count(new, 1)
         if old is None and self.reservations is not None:
             self.reservations.release_for(new)
-
-    def _apply_config_map(self, ns: str, name: str, keys: dict[str, str]) -> None:
-        """A new map for the namespace when the ConfigMap's relevant keys changed; else nothing.
-
-        Most ConfigMap events (any edit of a ConfigMap without such a key) touch nothing.
-        """
-        current = self._config_maps.get(ns, {})
-        if current.get(name) == (keys or None):
-            return
-        maps = dict(current)
-        if keys:
-            maps[name] = keys
-        else:
-            maps.pop(name, None)
-        if maps:
-            self._config_maps[ns] = maps
-        else:
-            self._config_maps.pop(ns, None)
 
     def _count(self, pod: PodGpus, sign: int) -> None:
         """A new usage total for the pod's namespace; readers may hold the old one."""

@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from webhook.facts import dra, objects, servingruntimes
+from webhook.facts import dra, objects, servingruntimes, webhookconfigs
 from webhook.facts.model import (
     TERMINATED,
     Node,
@@ -40,6 +40,7 @@ class Fresh:
         self.autoscaling: Shapes = {}
         self.dra: list[tuple[str, str, Any]] = []  # one DRA kind's objects, `dra.reduce`d
         self.runtimes: list[tuple[str, ServingRuntime]] = []  # `servingruntimes.reduce`d
+        self.webhooks: list[tuple[str, int | None]] = []  # `webhookconfigs.reduce`d
 
     def add(self, kind: str, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}
@@ -69,3 +70,5 @@ class Fresh:
             self.dra.append(dra.reduce(kind, obj))
         elif kind in servingruntimes.KINDS:
             self.runtimes.append(servingruntimes.reduce(kind, obj))
+        elif kind == webhookconfigs.KIND:
+            self.webhooks.append(webhookconfigs.reduce(obj))

@@ -4,8 +4,10 @@ Without holds, two creates racing for the last GPUs of a budget both pass. A hol
 watch reports the pod (`release_for`); when a current watch has had `settle` seconds to show it
 and did not (the create was refused further down the admission chain, or the review was never
 followed by one: forged); or after `ttl` seconds whatever the watch (`expire`, called by a timer
-and before each read). Drivers never take one for a dryRun request. Holds live in one replica:
-see the docs for the race across replicas.
+and before each read). Both are at least as long as the slowest validating webhook on pods may
+keep a create waiting, when the source of facts knows it (`webhookconfigs`). Drivers never
+take one for a dryRun request. Holds live in one replica: see the docs for the race across
+replicas.
 
 Anyone who can reach the Service can post a review that looks admitted, so the holds are
 bounded as if every sender were hostile: one hold per (namespace, pod name) — a repeated review
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from webhook.facts.model import Facts, FactsSource, NodeIndex, PodGpus, Quota, Usage, Usages
+from webhook.facts.webhookconfigs import SETTLE_MARGIN
 from webhook.quantity import Amount
 
 __all__ = ["Reservations", "ReservingFacts"]
@@ -47,13 +50,12 @@ _RECENT = 20  # unmatched holds named in one log line
 @dataclass(slots=True, init=False)
 class _Hold:
     pod: PodGpus
-    until: float  # the end whatever the watch says
-    settle_by: float  # the end once a current watch has had the time to show the pod
+    taken: float  # when: it ends `ttl` later whatever the watch says, or `settle` later
+    # once a current watch has had the time to show the pod (both read when it is due)
 
-    def __init__(self, pod: PodGpus, until: float, settle_by: float) -> None:
+    def __init__(self, pod: PodGpus, taken: float) -> None:
         self.pod = pod
-        self.until = until
-        self.settle_by = settle_by
+        self.taken = taken
 
 
 @dataclass(slots=True, init=False)
@@ -118,7 +120,13 @@ class Reservations:
         # How long a real create can take from this replica's answer to the watch showing the
         # pod (the rest of the admission chain, the write, the watch's delivery). Only read
         # while `watching()` says a watch of pods is current; without one `ttl` is the end.
+        # The least of it: `chain` may make it longer.
         self.settle = ttl if settle is None else min(settle, ttl)
+        # Set from the source of facts: the longest `timeoutSeconds` of the validating
+        # webhooks on pods (`webhookconfigs`); None from it: not known. The settle time is at
+        # least that plus SETTLE_MARGIN, and the hold period at least the settle time: a hold
+        # must outlast the chain that may still store its pod.
+        self.chain: Callable[[], float | None] | None = None
         # Set by the live cache: whether its pods watch is current. None (a snapshot): no
         # watch will ever show a pod, so a hold's end says nothing about it.
         self.watching: Callable[[], bool] | None = None
@@ -154,7 +162,7 @@ class Reservations:
             if len(self._order) >= self.max_holds:
                 self._drop(next(iter(self._order)))
                 self.dropped += 1
-            entry = _Hold(pod, taken + self.ttl, taken + self.settle)
+            entry = _Hold(pod, taken)
             self._order[key] = entry
             ns = self._namespaces.get(namespace)  # it may have gone with its last hold above
             if ns is None:
@@ -192,21 +200,33 @@ class Reservations:
             if pod.namespace in self._namespaces:
                 self.release_for(pod)
 
+    def periods(self) -> tuple[float, float]:
+        """(settle time, hold period) now: at least the flags', and long enough for the
+        slowest validating webhook on pods when it is known."""
+        settle = self.settle
+        chain = self.chain
+        wait = chain() if chain is not None else None
+        if wait is not None and wait + SETTLE_MARGIN > settle:
+            settle = wait + SETTLE_MARGIN
+        return settle, max(self.ttl, settle)
+
     def expire(self, now: float | None = None) -> int:
         """Drop every hold whose time is up; how many went. Amortised O(1) per hold.
 
-        Every hold has the same `settle` and `ttl`, so the oldest is always the first due.
-        With a watch, each one that goes here ended unmatched: it never showed the pod."""
+        Every hold is judged by the same settle time and period (`periods`, read once per
+        call), so the oldest is always the first due. With a watch, each one that goes here
+        ended unmatched: it never showed the pod."""
         now = time.monotonic() if now is None else now
         if not self._order:
             return 0
         watching = self.watching
         current = watching is not None and watching()
+        settle, ttl = self.periods()
         dropped = 0
         with self._lock:
             while self._order:
                 key, entry = next(iter(self._order.items()))
-                if entry.until > now and (not current or entry.settle_by > now):
+                if entry.taken + ttl > now and (not current or entry.taken + settle > now):
                     break
                 self._drop(key)
                 dropped += 1
@@ -273,9 +293,10 @@ class Reservations:
     def held(self, namespace: str, now: float | None = None) -> list[PodGpus]:
         """The pods held in `namespace`, oldest first (for tests and debugging: O(holds))."""
         now = time.monotonic() if now is None else now
+        ttl = self.periods()[1]
         with self._lock:
             ns = self._namespaces.get(namespace)
-            return [h.pod for h in ns.holds.values() if h.until > now] if ns else []
+            return [h.pod for h in ns.holds.values() if h.taken + ttl > now] if ns else []
 
     def _drop(self, key: _Key) -> None:
         """Forget one hold everywhere; the caller holds the lock."""
@@ -298,6 +319,11 @@ class ReservingFacts:
     def __init__(self, base: FactsSource, reservations: Reservations) -> None:
         self.base = base
         self.reservations = reservations
+        # How long the base says the admission chain may keep a create waiting (the live
+        # cache and a snapshot know it): the holds settle no sooner.
+        chain = getattr(base, "webhook_seconds", None)
+        if chain is not None:
+            reservations.chain = chain
         # The base's view of every namespace and the same with the holds, made once: a source
         # hands out the same view with every Facts.
         self._usages: tuple[Usages | None, Usages | None] = (None, None)

@@ -39,6 +39,7 @@ from webhook.facts.quotascopes import ScopeTerm
 from webhook.facts.quotascopes import problems as scope_problems
 from webhook.facts.servingruntimes import RuntimeStore
 from webhook.facts.static import StaticSnapshot
+from webhook.facts.webhookconfigs import WebhookTimeouts
 from webhook.modelerrors import Invalid, describe
 from webhook.quantity import Amount, QuantityError, parse_quantity
 from webhook.yamlinput import YamlFileError, read_document
@@ -176,6 +177,9 @@ class SnapshotFile(_Model):
     # metadata.namespace, and ClusterServingRuntime); read by `webhook.facts.servingruntimes`.
     serving_runtimes: list[dict[str, Any]] | None = None
     cluster_serving_runtimes: list[dict[str, Any]] | None = None
+    # admissionregistration.k8s.io/v1 ValidatingWebhookConfigurations whole: how long the
+    # admission chain may keep a pod create waiting (`webhook.facts.webhookconfigs`).
+    validating_webhook_configurations: list[dict[str, Any]] | None = None
 
 
 class SnapshotError(ValueError):
@@ -263,6 +267,7 @@ def snapshot_from_doc(doc: SnapshotFile) -> StaticSnapshot:
         secrets=secrets,
         dra_cache=_dra(doc),
         serving_runtimes=_serving_runtimes(doc),
+        webhooks=_webhooks(doc),
         provisionable=provisioning(
             doc.node_pools, doc.machine_sets, doc.machine_deployments, doc.machine_pools
         ),
@@ -278,6 +283,18 @@ def _serving_runtimes(doc: SnapshotFile) -> RuntimeStore | None:
         if not isinstance(meta, dict) or not isinstance(meta.get("namespace"), str):
             raise SnapshotError(f"servingRuntimes[{i}].metadata.namespace: a name is required")
     return RuntimeStore.from_objects(doc.serving_runtimes or (), doc.cluster_serving_runtimes or ())
+
+
+def _webhooks(doc: SnapshotFile) -> WebhookTimeouts | None:
+    """The validating webhook configurations, when the section is given; None: unknown."""
+    objects = doc.validating_webhook_configurations
+    if objects is None:
+        return None
+    for i, obj in enumerate(objects):
+        meta = obj.get("metadata")
+        if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
+            raise SnapshotError(f"validatingWebhookConfigurations[{i}].metadata.name: required")
+    return WebhookTimeouts.from_objects(objects)
 
 
 def _dra(doc: SnapshotFile) -> dra.DraCache | None:

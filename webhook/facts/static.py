@@ -28,6 +28,7 @@ from webhook.facts.model import (
 from webhook.facts.provisioning import Provisioning, by_namespace
 from webhook.facts.servingruntimes import RuntimeStore
 from webhook.facts.usages import NamespaceUsages
+from webhook.facts.webhookconfigs import WebhookTimeouts
 
 __all__ = ["StaticSnapshot"]
 
@@ -72,6 +73,7 @@ class StaticSnapshot:
         provisionable: Provisioning | Iterable[Node] | None = None,
         dra_cache: dra.DraCache | None = None,
         serving_runtimes: RuntimeStore | None = None,
+        webhooks: WebhookTimeouts | None = None,
     ) -> None:
         """`config_maps` and `secrets` are (namespace, name, data) with data decoded; None
         means the kind is unknown, as for `provisionable` (shapes the cluster can create; given
@@ -97,6 +99,7 @@ class StaticSnapshot:
             self._provisionable = by_namespace([("", tuple(provisionable))])
         self._dra = dra_cache  # DeviceClasses, claim templates, claims; None: unknown
         self._runtimes = serving_runtimes  # KServe's; None: unknown
+        self._webhooks = webhooks  # validating webhook configurations; None: unknown
         # What every namespace holds, for budgets over several namespaces.
         self._usages = NamespaceUsages(
             lambda: self._usage,
@@ -106,6 +109,10 @@ class StaticSnapshot:
 
     def node_index(self) -> NodeIndex:
         return self._nodes
+
+    def webhook_seconds(self) -> float | None:
+        """The longest the validating webhooks on pods may take; None: unknown."""
+        return self._webhooks.longest() if self._webhooks is not None else None
 
     def facts_for(self, namespace: str) -> Facts:
         runtimes = self._runtimes

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from webhook.facts import dra, servingruntimes
+from webhook.facts import dra, servingruntimes, webhookconfigs
 from webhook.facts.model import Node
 from webhook.facts.provisioning import machine_group_shapes, node_pool_shapes
 
@@ -25,6 +25,7 @@ __all__ = [
     "PROVISIONING_KINDS",
     "SERVING_KINDS",
     "SHAPES",
+    "WEBHOOK_KINDS",
     "Kind",
     "describe",
     "lines_until_cut",
@@ -80,6 +81,12 @@ DRA_KINDS = tuple(
 SERVING_KINDS = tuple(
     Kind(n, "custom", _CUSTOM, group="serving.kserve.io", version="v1alpha1")
     for n in servingruntimes.KINDS
+)
+
+# The validating webhooks on pods: how long the admission chain may keep a create from being
+# stored after we answer (`webhookconfigs`). Served everywhere; a 403 leaves it unknown.
+WEBHOOK_KINDS = (
+    Kind(webhookconfigs.KIND, "admissionregistration", "list_validating_webhook_configuration"),
 )
 
 

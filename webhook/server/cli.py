@@ -162,7 +162,9 @@ def add_serve_parser(sub: Any, rules_help: str, run: Callable[[argparse.Namespac
         type=positive(float),
         default=10.0,
         help="with a current watch of pods, a hold the watch has not matched after this long "
-        "ends (the create was refused later in the admission chain, or never made) "
-        "(default: 10, the apiserver's default webhook timeout)",
+        "ends (the create was refused later in the admission chain, or never made); at least "
+        "the longest timeoutSeconds of the cluster's validating webhooks on pods plus 2 when "
+        "their configurations can be read (default: 10, the apiserver's default webhook "
+        "timeout)",
     )
     srv.set_defaults(func=run)
