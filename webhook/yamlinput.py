@@ -1,11 +1,17 @@
-"""Reading the YAML files users hand us: nesting depth, syntax errors and unreadable files,
-decided and said by the project rather than by the libraries underneath.
+"""Reading the YAML files users hand us: nesting depth, what aliases expand to, syntax errors
+and unreadable files, decided and said by the project rather than by the libraries underneath.
 
 PyYAML's own behaviour at depth changes between releases: up to 6.0.3 libyaml composes any depth
 and its recursive C composer crashes the process (a segfault, on an 8 MiB stack) past about
 20,000 nested collections; from 6.0.4 its scanner refuses more than 1,000 with an error of its
 own, before the first event of the document is read. Readers ask `deeper_than` before composing,
 with a limit below both, so deep nesting always gets the project's error naming its line.
+
+Aliases share a value instead of copying it, so loading an "alias bomb" costs nothing; the
+cost comes later, when something walks or writes the document out (a schema check, a JSON
+copy, a diff). Every reader asks `expansion` right after loading, and refuses a document that
+would expand past MAX_NODES values or MAX_BYTES of text (a few hundred bytes can stand for
+gigabytes either way). Anchors within the bounds stay legal: some manifests share an env list.
 """
 
 from __future__ import annotations
@@ -27,6 +33,10 @@ LOADER: Any = _CParser or yaml.SafeLoader
 # output, the patch diff) nears Python's recursion limit, and far beyond any real object (a
 # CRD's schema nests ~40).
 MAX_DEPTH = 200
+# What one document may expand to through aliases: far above any real file (a big Deployment
+# is ~2k values and ~50 KiB, a 5,000-node snapshot ~1M values), far below an alias bomb.
+MAX_NODES = 2_000_000
+MAX_BYTES = 64 * 2**20
 # A scalar PyYAML cannot construct: Python refuses integers of over 4,300 digits (ValueError).
 UNCONSTRUCTABLE = "holds a value that cannot be read (an integer of thousands of digits?)"
 
@@ -122,19 +132,74 @@ def unreadable(exc: OSError | UnicodeDecodeError) -> str:
     return "cannot read it: " + _OS_PROBLEMS.get(exc.errno or 0, exc.strerror or "I/O error")
 
 
+def expansion(doc: Any, *, max_nodes: int = MAX_NODES, max_bytes: int = MAX_BYTES) -> str | None:
+    """Why `doc` is too large once its aliases are expanded, or None.
+
+    Counts values (collections and scalars, as written out) and bytes (strings and keys by
+    their length, any other scalar as 8). A value shared by aliases is walked once and counted
+    once per reference, so the count costs what the document as loaded holds, never what it
+    expands to; it stops at the first bound passed.
+    """
+    sizes: dict[int, tuple[int, int]] = {}  # id of a collection -> (values, bytes)
+    open_: set[int] = set()  # collections being counted: meeting one again is a loop
+    # Post-order without recursion: depth is bounded by the readers, but not everywhere.
+    stack: list[tuple[Any, bool]] = [(doc, False)]
+    while stack:
+        value, children_done = stack.pop()
+        key = id(value)
+        if children_done:
+            nodes, size = 1, 0
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for name, child in items:
+                if isinstance(value, dict):
+                    size += len(name) if isinstance(name, str) else 8
+                if isinstance(child, (dict, list)):
+                    child_nodes, child_size = sizes[id(child)]
+                else:
+                    child_nodes, child_size = 1, len(child) if isinstance(child, str) else 8
+                nodes, size = nodes + child_nodes, size + child_size
+                if nodes > max_nodes or size > max_bytes:
+                    return _too_large(nodes > max_nodes, max_nodes, max_bytes)
+            sizes[key] = (nodes, size)
+            open_.discard(key)
+        elif key in open_:
+            return "contains itself through a YAML alias"
+        elif key not in sizes:
+            open_.add(key)
+            stack.append((value, True))
+            children = value.values() if isinstance(value, dict) else value
+            stack.extend((c, False) for c in children if isinstance(c, (dict, list)))
+    if isinstance(doc, (dict, list)):
+        return None
+    size = len(doc) if isinstance(doc, str) else 8
+    return _too_large(False, max_nodes, max_bytes) if size > max_bytes else None
+
+
+def _too_large(nodes: bool, max_nodes: int, max_bytes: int) -> str:
+    if nodes:
+        return f"expands to over {max_nodes} values through YAML aliases (an alias bomb?)"
+    return f"expands to over {max_bytes / 2**20:g} MiB through YAML aliases (an alias bomb?)"
+
+
 class YamlFileError(ValueError):
     """A YAML file that cannot be read as one document: the message names the file (and the
     line, where there is one) in the project's words."""
 
 
-def read_document(path: Path) -> Any:
-    """The one YAML document in `path`, read safely (depth first), or a `YamlFileError`."""
+def read_document(path: Path, *, max_nodes: int = MAX_NODES, max_bytes: int = MAX_BYTES) -> Any:
+    """The one YAML document in `path`, read safely (depth first, then what its aliases
+    expand to), or a `YamlFileError`."""
     try:
         text = path.read_text()
         deep = deeper_than(text, MAX_DEPTH)
         if deep is not None:
             raise YamlFileError(f"{path}:{deep}: nested deeper than {MAX_DEPTH} levels")
-        return yaml.load(text, Loader=LOADER)
+        doc = yaml.load(text, Loader=LOADER)
+        # Aliases need anchors: a text without "&" cannot expand, so nothing is counted.
+        why = expansion(doc, max_nodes=max_nodes, max_bytes=max_bytes) if "&" in text else None
+        if why is not None:
+            raise YamlFileError(f"{path}: {why}. Fix: write the shared part out where it is needed")
+        return doc
     except (OSError, UnicodeDecodeError) as exc:
         raise YamlFileError(f"{path}: {unreadable(exc)}") from None
     except yaml.YAMLError as exc:

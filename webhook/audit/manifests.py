@@ -1,8 +1,8 @@
 """Reading manifests for the audit: files, folders, stdin; multi-document YAML/JSON; `List`s.
 
 Garbage must not stop a run: a document that does not parse is reported with its line and the
-next file goes on. YAML alias bombs are refused by counting what a document expands to (shared
-nodes counted once per reference) before anything walks it.
+next file goes on. YAML alias bombs are refused by counting what a document expands to, in
+values and in bytes (`yamlinput.expansion`), before anything walks it.
 
 Each document keeps the node tree the loader composed it from (with every node's line and
 column) so a finding can point at the line of its field; nothing more is parsed for that.
@@ -19,12 +19,9 @@ from typing import Any
 import yaml
 
 from webhook.audit.locations import Location, locate, mark_location
-from webhook.yamlinput import LOADER, MAX_DEPTH, UNCONSTRUCTABLE, deeper_than
+from webhook.yamlinput import LOADER, MAX_DEPTH, UNCONSTRUCTABLE, deeper_than, expansion
 
-__all__ = ["MAX_NODES", "Document", "InputError", "read_sources"]
-
-# Far above any real manifest (a big Deployment is ~2k nodes), far below a billion laughs.
-MAX_NODES = 2_000_000
+__all__ = ["Document", "InputError", "read_sources"]
 _SUFFIXES = (".yaml", ".yml", ".json")
 
 
@@ -52,32 +49,6 @@ class InputError:
     source: str
     message: str
     location: Location | None = None
-
-
-def _expanded_size(root: Any, limit: int) -> int:
-    """Node count of the document as a tree; stops counting past `limit`."""
-    memo: dict[int, int] = {}
-    # Iterative post-order so deep nesting can't blow the Python stack.
-    stack: list[tuple[Any, bool]] = [(root, False)]
-    while stack:
-        node, done = stack.pop()
-        if not isinstance(node, (dict, list)):
-            continue
-        key = id(node)
-        children = list(node.values()) if isinstance(node, dict) else node
-        if done:
-            size = 1
-            for child in children:
-                size += memo.get(id(child), 1) if isinstance(child, (dict, list)) else 1
-                if size > limit:
-                    return size
-            memo[key] = size
-            continue
-        if key in memo:
-            continue
-        stack.append((node, True))
-        stack.extend((c, False) for c in children if isinstance(c, (dict, list)))
-    return memo.get(id(root), 1)
 
 
 def _compose(loader: Any) -> Iterator[yaml.Node | None]:
@@ -134,10 +105,9 @@ def _documents(text: str, label: str) -> Iterator[Document | InputError]:
                 continue
             start = mark_location(node.start_mark, label)
             # Aliases need anchors: a text without "&" cannot expand, so skip the count.
-            if has_anchors and _expanded_size(doc, MAX_NODES) > MAX_NODES:
-                yield InputError(
-                    source, f"expands to over {MAX_NODES} nodes (YAML alias bomb?)", start
-                )
+            why = expansion(doc) if has_anchors else None
+            if why is not None:
+                yield InputError(source, why, start)
                 continue
             if not isinstance(doc, dict):
                 yield InputError(source, f"expected an object, found {type(doc).__name__}", start)

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from cryptography import x509
 
-from webhook.yamlinput import syntax_error
+from webhook.yamlinput import expansion, syntax_error
 
 __all__ = [
     "WEBHOOK_CONFIGURATION_KINDS",
@@ -87,6 +87,10 @@ def inject_ca_bundle_file(path: Path, ca_pem: bytes) -> int:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
         raise ValueError(syntax_error(exc)[1]) from None
+    # Written back out below, aliases expanded: refuse a file that would expand past reason.
+    why = expansion(docs) if "&" in text else None
+    if why is not None:
+        raise ValueError(why)
     updated = inject_ca_bundle(docs, ca_pem)
     count = sum(len(d.get("webhooks") or []) for d in updated if _is_webhook_configuration(d))
     if count == 0:

@@ -61,11 +61,16 @@ class _TaintDoc(_Model):
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
 
+# More nodes than any cluster runs (Kubernetes is tested to 5,000; the largest run ~65k), in
+# all: `count` makes one entry stand for many, so a few bytes could ask for millions of nodes.
+MAX_NODES = 100_000
+
+
 class _NodeDoc(_Model):
     name: str
     labels: dict[str, str] = Field(default_factory=dict)
     allocatable: dict[str, int | str] = Field(default_factory=dict)
-    count: int = Field(default=1, ge=1)  # N identical nodes: name-0 .. name-(N-1)
+    count: int = Field(default=1, ge=1, le=MAX_NODES)  # N identical nodes: name-0 .. name-(N-1)
     unschedulable: bool = False
     taints: list[_TaintDoc] = Field(default_factory=list)
 
@@ -215,6 +220,12 @@ def _secret_data(doc: _SecretDoc, where: str) -> dict[str, str]:
 
 
 def snapshot_from_doc(doc: SnapshotFile) -> StaticSnapshot:
+    total = sum(n.count for n in doc.nodes)
+    if total > MAX_NODES:
+        raise SnapshotError(
+            f"nodes: {total} nodes in all (counts included); at most {MAX_NODES}. Fix: list "
+            "each node shape once, with the count of its nodes up to that"
+        )
     nodes = []
     for i, n in enumerate(doc.nodes):
         gpus = _amounts(n.allocatable, f"nodes[{i}].allocatable")
