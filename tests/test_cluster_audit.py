@@ -208,3 +208,21 @@ def test_the_cluster_summary_counts_like_every_other_output(
     # The totals line and the namespace's line (all objects are in ml-team) say the same.
     assert table.count(words) == 2, table
     assert all(r["location"] is None for r in doc["results"])
+
+
+def test_a_refused_cluster_read_is_told_in_the_apiservers_one_line() -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    from webhook.audit.cli import api_reason
+
+    exc = ApiException(status=403, reason="Forbidden")
+    exc.body = (
+        '{"kind":"Status","message":"deployments.apps is forbidden: User \\"bob\\" cannot list '
+        'resource \\"deployments\\"","reason":"Forbidden","code":403}'
+    )
+    said = api_reason(exc)
+    assert said == (
+        '403 Forbidden: deployments.apps is forbidden: User "bob" cannot list resource '
+        '"deployments"'
+    )
+    assert "\n" not in api_reason(RuntimeError("first line\nsecond line"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import sys
 import time
@@ -100,6 +101,23 @@ def run_audit(args: argparse.Namespace) -> int:
     return summary.exit_code(args.fail_on)
 
 
+def api_reason(exc: BaseException) -> str:
+    """One line for a failed cluster read: the apiserver's own message when it sent a Status
+    (`deployments.apps is forbidden: User ... cannot list ...`), never the client's dump of
+    response headers and body."""
+    body = getattr(exc, "body", None)
+    status = getattr(exc, "status", None)
+    if isinstance(body, str | bytes) and status is not None:
+        try:
+            message = json.loads(body).get("message")
+        except (ValueError, AttributeError):
+            message = None
+        if isinstance(message, str) and message:
+            return f"{status} {getattr(exc, 'reason', '') or ''}: {message}".replace("  ", " ")
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def _cluster(args: argparse.Namespace, rules: CompiledRuleSet) -> int:
     """The live audit: facts and workloads from one paged read of the cluster."""
     from kubernetes import client, config
@@ -118,7 +136,7 @@ def _cluster(args: argparse.Namespace, rules: CompiledRuleSet) -> int:
         api = client.ApiClient(cfg)
         facts = one_shot_facts(api)
     except Exception as exc:  # any failure to reach the cluster makes the audit incomplete
-        return _fail(f"cannot read the cluster: {exc}")
+        return _fail(f"cannot read the cluster: {api_reason(exc)}")
     collected: list[AuditResult] = []
 
     def keep(items: Iterable[Any]) -> Iterator[Any]:
@@ -136,7 +154,7 @@ def _cluster(args: argparse.Namespace, rules: CompiledRuleSet) -> int:
         summary = _report(results, args, rules, facts=facts, progress=progress, live=True)
     except Exception as exc:
         progress.clear()
-        return _fail(f"the cluster read failed part way: {exc}")
+        return _fail(f"the cluster read failed part way: {api_reason(exc)}")
     if args.output == "table":
         print_summary(summarize(collected, facts, rules))
     if args.write_reports:
@@ -144,6 +162,6 @@ def _cluster(args: argparse.Namespace, rules: CompiledRuleSet) -> int:
         try:
             written = write_reports(api, reports)
         except Exception as exc:
-            return _fail(f"writing PolicyReports failed: {exc}")
+            return _fail(f"writing PolicyReports failed: {api_reason(exc)}")
         print(f"wrote {written} PolicyReports (wgpolicyk8s.io/v1alpha2)", file=sys.stderr)
     return summary.exit_code(args.fail_on)
