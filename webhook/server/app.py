@@ -75,7 +75,8 @@ def live_source(
     kubeconfig: Path | None, hold_seconds: float = 30.0, hold_settle_seconds: float = 10.0
 ) -> ClusterSource:
     """Facts from the API server: a kubeconfig file, or the pod's service account in-cluster.
-    A hold ends `hold_settle_seconds` after it was taken while the pods watch is current."""
+    A hold ends `hold_settle_seconds` after it was taken while the pods watch is current, or
+    later when a validating webhook on pods may take longer (`Reservations.periods`)."""
     from kubernetes import client, config
 
     cfg = client.Configuration()
