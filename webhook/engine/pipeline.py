@@ -175,6 +175,8 @@ def _mutate(
     if not mutations:
         return
     for view in views:
+        if len(views) > 1:
+            give_way()  # pod spec after pod spec (a RayCluster's groups): the loop in between
         if not view.mutable:
             continue  # judged only: its pods are mutated when they are created
         # GPU pods get every mutation; other pods (and pods judged for GPU access only) get
@@ -204,6 +206,8 @@ def _validate(
     """
     out: list[tuple[Finding, Mode]] = []
     for view in views:
+        if len(views) > 1:
+            give_way()  # pod spec after pod spec (a RayCluster's groups): the loop in between
         gpu = view.asks_gpu
         big = len(view.containers) > _FEW
         for validation, mode in active:

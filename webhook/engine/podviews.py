@@ -301,10 +301,12 @@ def pod_views(
         return []
     if not isinstance(obj, dict):
         raise UnreadableObject("object", f"expected a {kind} object, found {type(obj).__name__}")
-    views = []
+    views: list[PodView] = []
     replicas = _replica_count(obj, workload.replicas)
     for segments, factors in zip(workload.spec_paths, workload.spec_replicas, strict=True):
         for where, spec in walk(obj, segments, ()):
+            if views:
+                give_way()  # pod spec after pod spec: the event loop in between (`turns`)
             spec_path = dotted("", *where)
             pods = replicas if factors is None else _template_pods(obj, factors, where)
             spec = mapping(spec, spec_path)
