@@ -202,6 +202,7 @@ class ControlPlane:
                 "--feature-gates=MutatingAdmissionPolicy=true",
                 "--runtime-config=admissionregistration.k8s.io/v1beta1=true",
             ]
+        self.apiserver_args = args
         apiserver = self.spawn("kube-apiserver", args)
         self._write_kubeconfig()
         self.wait_for(
@@ -277,6 +278,20 @@ class ControlPlane:
             controller_manager,
             "the default ServiceAccount",
             lambda: self.get_raw("/api/v1/namespaces/default/serviceaccounts/default"),
+        )
+
+    def restart_apiserver(self) -> None:
+        """Stop kube-apiserver and start it again on the same port and etcd, as an upgrade
+        does: every watch is cut, and its watch cache starts anew from etcd's current state."""
+        old = next(p for p in self.processes if p.name == "kube-apiserver")
+        old.stop()
+        self.processes.remove(old)
+        apiserver = self.spawn("kube-apiserver", self.apiserver_args)
+        self.wait_for(
+            apiserver,
+            "kube-apiserver /readyz after a restart",
+            lambda: self.get_raw("/readyz") == b"ok",
+            timeout=90,
         )
 
     def stop(self) -> None:
