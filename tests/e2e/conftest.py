@@ -10,25 +10,17 @@ run them."""
 
 from __future__ import annotations
 
-import base64
-import copy
-import json
 import os
 import re
-import shutil
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
 from e2e import binaries
 from e2e import cluster as clustermod
-from e2e.support import MANIFESTS, ROOT, Installed, gpu_pod, start_serve, stop_process
+from e2e.support import Installed, install, stop_process
 
 HOW_TO_RUN = (
     "the end-to-end tests run on a real control plane built from Go modules: install Go and "
@@ -80,89 +72,18 @@ def controlplane(release: binaries.Release) -> Iterator[clustermod.ControlPlane]
 # --- gpu-admission, installed -----------------------------------------------------------------
 
 
-def shipped(path: str) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all((MANIFESTS / path).read_text()) if d]
-
-
-def loopback_webhook_configs(url: str, ca_bundle: bytes) -> list[dict[str, Any]]:
-    """The shipped Validating/MutatingWebhookConfigurations with only clientConfig rewritten."""
-    configs = []
-    for doc in shipped("base/webhooks.yaml"):
-        doc = copy.deepcopy(doc)
-        for hook in doc["webhooks"]:
-            path = hook["clientConfig"]["service"]["path"]
-            hook["clientConfig"] = {
-                "url": f"{url}{path}",
-                "caBundle": base64.b64encode(ca_bundle).decode(),
-            }
-        configs.append(doc)
-    return configs
-
-
-def apply(plane: clustermod.ControlPlane, docs: list[dict[str, Any]]) -> None:
-    plane.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(docs))
-
-
 @pytest.fixture(scope="session")
 def installed(
     controlplane: clustermod.ControlPlane, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Installed]:
-    plane = controlplane
-    folder = tmp_path_factory.mktemp("gpu-admission")
-    if os.environ.get("GPU_ADMISSION_EXPECT_COMPILED"):
-        # `make e2e` serves the compiled build the image ships: make sure that is what runs
-        where = subprocess.run(
-            [sys.executable, "-c", "import webhook.engine.admit as m; print(m.__file__)"],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=ROOT,
-        ).stdout.strip()
-        assert where.endswith(".so"), f"serve would run the sources ({where}), not the build"
-    apply(plane, shipped("base/namespace.yaml") + shipped("base/rbac.yaml"))
-    token = plane.kubectl(
-        "create", "token", "gpu-admission", "-n", "gpu-admission", "--duration=4h"
-    ).stdout.strip()
-    sa_kubeconfig = folder / "sa.kubeconfig"
-    sa_kubeconfig.write_text(
-        clustermod.kubeconfig_text(plane.url, plane.pki.ca_cert, user={"token": token})
-    )
-    certs = folder / "certs"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "webhook",
-            "certs",
-            "generate",
-            "--out",
-            str(certs),
-            "--hosts",
-            "127.0.0.1,localhost",
-        ],
-        check=True,
-        capture_output=True,
-        cwd=ROOT,
-    )
-    rules = folder / "rules"
-    rules.mkdir()
-    shutil.copy(MANIFESTS / "base" / "rules" / "team.yaml", rules / "team.yaml")
-    process, log, port, probe = start_serve(
-        folder, sa_kubeconfig=sa_kubeconfig, certs=certs, rules=rules
-    )
-    url = f"https://127.0.0.1:{port}"
-    configs = loopback_webhook_configs(url, (certs / "ca.crt").read_bytes())
-    apply(plane, configs)
-    hook = Installed(
-        plane, process, log, url, f"http://127.0.0.1:{probe}", rules, certs, configs, sa_kubeconfig
-    )
+    hook = install(controlplane, tmp_path_factory.mktemp("gpu-admission"))
     try:
-        wait_until_called(hook)
         yield hook
     finally:
-        stop_process(process)
+        stop_process(hook.process)  # the one serving now: a test may have restarted it
         forbidden = [
             line
+            for log in sorted(hook.log.parent.glob("serve*.log"))
             for line in log.read_text(errors="replace").splitlines()
             if "forbidden" in line.lower()
         ]
@@ -170,32 +91,6 @@ def installed(
             "the shipped ClusterRole is not enough: the webhook's reads were forbidden:\n"
             + "\n".join(forbidden[:10])
         )
-
-
-def wait_until_called(hook: Installed) -> None:
-    """The apiserver picks a new webhook configuration up within a second or so: wait until a
-    server-side dry run of a GPU pod comes back mutated."""
-    pod = gpu_pod("probe-ready")
-    deadline = time.monotonic() + 30
-    while True:
-        done = hook.plane.kubectl(
-            "create",
-            "--dry-run=server",
-            "-o",
-            "json",
-            "-n",
-            "default",
-            "-f",
-            "-",
-            stdin=json.dumps(pod),
-            check=False,
-        )
-        if done.returncode == 0 and json.loads(done.stdout)["spec"]["containers"][0][
-            "resources"
-        ].get("limits"):
-            return
-        assert time.monotonic() < deadline, f"webhook never called:\n{done.stderr}\n{hook.tail()}"
-        time.sleep(0.3)
 
 
 @pytest.fixture
