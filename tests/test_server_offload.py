@@ -7,6 +7,7 @@ and its answer. Answered on the loop, that was nothing (every probe waited for t
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import ssl
@@ -165,3 +166,29 @@ def holder() -> RuleHolder:
     rules = RuleHolder(source=ROOT / "rules")
     assert rules.refresh()
     return rules
+
+
+async def test_a_review_whose_client_leaves_while_it_waits_gives_its_budget_back(
+    holder: RuleHolder,
+) -> None:
+    """A large review still waiting for the worker when its connection goes is never decided,
+    and the body budget it drew on (bodies over 128 KiB) is given back at once."""
+    big = review_for(worst_daemonset(3_000))
+    body = json.dumps(big).encode()
+    assert len(body) > 128 * 1024
+    async with running(holder, Limits(idle_timeout=10)) as servers:
+        first = await connect(servers)
+        gone = await connect(servers)
+        first[1].write(post(body))
+        gone[1].write(post(body))
+        await gone[1].drain()
+        await asyncio.sleep(0.2)  # both read: the second waits behind the first
+        gone[1].transport.abort()
+        status, _, answer = await read_response(first[0])
+        assert status == 200 and json.loads(answer)["response"]["uid"] == big["request"]["uid"]
+        for _ in range(100):
+            if servers.state.body_bytes == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert servers.state.body_bytes == 0
+        first[1].close()

@@ -124,7 +124,8 @@ class Admission:
             body = request.body
             if len(body) > OFFLOAD_BODY:
                 return Later(
-                    lambda: decide(body, rules, watch),
+                    body,
+                    lambda given: decide(given, rules, watch),
                     lambda decided: finish(decided, started, watch),
                 )
             return finish(decide(body, rules, watch), started, watch)

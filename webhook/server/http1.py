@@ -108,7 +108,7 @@ class Connection(asyncio.Protocol):
         self._settled: asyncio.Event | None = None  # set when a request under way is done
         # An answer being worked out off the loop (offload.py), and the requests pipelined
         # behind it, answered in order once it is written. Reading pauses meanwhile.
-        self._later: asyncio.Future[Any] | None = None
+        self._later: Later | None = None
         self._waiting: list[Queued] = []
         self._mid_message = False  # the parser is inside a request (head or body)
 
@@ -144,6 +144,7 @@ class Connection(asyncio.Protocol):
         self._lease.release()
         if self._later is not None:
             self._later.cancel()  # one still waiting for the worker is never decided
+            self._later = None
         for queued in self._waiting:
             queued.lease.release()
         self._waiting.clear()
@@ -367,8 +368,6 @@ class Connection(asyncio.Protocol):
             self.enter(Phase.WRITING)
         return True
 
-    # --- answers worked out off the loop ---------------------------------------------------
-
     def _defer(self, later: Later, queued: Queued) -> None:
         """Decide on the worker thread; nothing more is read until the answer is written
         (what was already read is parsed, and queued behind it)."""
@@ -376,14 +375,14 @@ class Connection(asyncio.Protocol):
             self._lease = Lease(self.state)  # the request keeps its share until answered
         if self.transport is not None:
             self.transport.pause_reading()
-        future = offload.start(later)
-        self._later = future
-        future.add_done_callback(lambda done: self._decided(done, later, queued))
+        self._later = later
+        offload.start(later).add_done_callback(lambda done: self._decided(done, later, queued))
 
     def _decided(self, done: asyncio.Future[Any], later: Later, queued: Queued) -> None:
         """On the loop, once the worker is done: finish and write the answer, then answer
         what was pipelined behind it, then read on."""
-        self._later = None
+        if self._later is later:
+            self._later = None
         queued.lease.release()
         if done.cancelled() or self.transport is None or self.phase is Phase.CLOSING:
             return  # cut or closed meanwhile

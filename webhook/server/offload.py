@@ -45,10 +45,11 @@ _worker: ThreadPoolExecutor | None = None
 
 
 def start(later: Later) -> asyncio.Future[Any]:
-    """Run `later.work` on the worker thread (one review at a time: a second waits for the
-    first, so the loop keeps its share of the CPU whatever arrives). Cancelling the future
-    drops a review still waiting."""
+    """Run `later` on the worker thread (one review at a time: a second waits for the first,
+    so the loop keeps its share of the CPU whatever arrives); `later.cancel()` drops one still
+    waiting."""
     global _worker
     if _worker is None:
         _worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="large-review")
-    return asyncio.get_running_loop().run_in_executor(_worker, later.work)
+    later.future = asyncio.get_running_loop().run_in_executor(_worker, later.run)
+    return later.future

@@ -4,6 +4,7 @@ formats)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -56,14 +57,33 @@ class Answer:
 
 class Later:
     """An answer worked out off the event loop (offload.py): `work` runs on the worker
-    thread, then `finish` on the loop with what it returned (what must stay on the loop:
-    metrics, holds, the log)."""
+    thread with the request's body, then `finish` on the loop with what it returned (what
+    must stay on the loop: metrics, holds, the log)."""
 
-    __slots__ = ("finish", "work")
+    __slots__ = ("body", "finish", "future", "work")
 
-    def __init__(self, work: Callable[[], Any], finish: Callable[[Any], Answer]) -> None:
+    def __init__(
+        self,
+        body: bytes | bytearray,
+        work: Callable[[bytes | bytearray], Any],
+        finish: Callable[[Any], Answer],
+    ) -> None:
+        self.body = body
         self.work = work
         self.finish = finish
+        self.future: asyncio.Future[Any] | None = None  # set once the worker has it
+
+    def run(self) -> Any:
+        """On the worker thread: the work, handed the body (which it holds from then on)."""
+        body, self.body = self.body, b""
+        return self.work(body)
+
+    def cancel(self) -> None:
+        """Its connection is gone: never decided if still waiting, and its body let go at
+        once (a review waiting behind others would otherwise keep it past its budget)."""
+        self.body = b""
+        if self.future is not None:
+            self.future.cancel()
 
 
 def error(status: int, reason: str, *, close: bool = False) -> Answer:
