@@ -45,6 +45,7 @@ PATHS = {
     "deviceclasses": "/apis/resource.k8s.io/v1/deviceclasses",
     "resourceclaimtemplates": "/apis/resource.k8s.io/v1/resourceclaimtemplates",
     "resourceclaims": "/apis/resource.k8s.io/v1/resourceclaims",
+    "resourceslices": "/apis/resource.k8s.io/v1/resourceslices",
     "servingruntimes": "/apis/serving.kserve.io/v1alpha1/servingruntimes",
     "clusterservingruntimes": "/apis/serving.kserve.io/v1alpha1/clusterservingruntimes",
     "validatingwebhookconfigurations": (
@@ -72,6 +73,7 @@ KIND_NAMES = {
     "deviceclasses": ("resource.k8s.io/v1", "DeviceClass"),
     "resourceclaimtemplates": ("resource.k8s.io/v1", "ResourceClaimTemplate"),
     "resourceclaims": ("resource.k8s.io/v1", "ResourceClaim"),
+    "resourceslices": ("resource.k8s.io/v1", "ResourceSlice"),
     "servingruntimes": ("serving.kserve.io/v1alpha1", "ServingRuntime"),
     "clusterservingruntimes": ("serving.kserve.io/v1alpha1", "ClusterServingRuntime"),
     "validatingwebhookconfigurations": (

@@ -273,6 +273,7 @@ def test_the_webhook_may_only_read_the_cluster() -> None:
         ("resource.k8s.io", "deviceclasses"),  # DRA: which pods' claims are GPU claims
         ("resource.k8s.io", "resourceclaimtemplates"),
         ("resource.k8s.io", "resourceclaims"),
+        ("resource.k8s.io", "resourceslices"),  # GPUs served through DRA, per node
         ("serving.kserve.io", "servingruntimes"),  # whether a runtime brings /dev/shm
         ("serving.kserve.io", "clusterservingruntimes"),
         # how long the admission chain may keep a pod create waiting: GPU holds outlast it

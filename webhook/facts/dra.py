@@ -13,6 +13,9 @@ every matching device of a node, a number no object states: it is kept as None, 
 callers say how they count it (ResourceQuota charges 32, the most one allocation holds; a
 budget counts 1, the least it can be, so an unknown never denies).
 
+ResourceSlices (`draslices`) are kept as devices per node and driver: how many GPUs DRA
+serves on each node, which no node's allocatable shows.
+
 Everything here is pure; `DraCache` is edited by one writer at a time (the live cache's lock,
 or the snapshot loader) and hands readers values that are replaced, never changed.
 """
@@ -25,6 +28,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from webhook.facts.draslices import KIND as SLICES
+from webhook.facts.draslices import SliceDevices, SliceStore, slice_devices
 from webhook.quantity import Amount
 
 __all__ = [
@@ -47,7 +52,7 @@ __all__ = [
 ]
 
 # The API kinds, by their plural (as the live cache lists them).
-KINDS = ("deviceclasses", "resourceclaimtemplates", "resourceclaims")
+KINDS = ("deviceclasses", "resourceclaimtemplates", "resourceclaims", SLICES)
 
 # ResourceQuota's per-class key: `<class>.deviceclass.resource.k8s.io/devices`.
 QUOTA_SUFFIX = ".deviceclass.resource.k8s.io/devices"
@@ -104,6 +109,9 @@ class DraFacts:
     # Devices the namespace's ResourceClaims take, by `device_key` (`devices_of`, All as 1):
     # what a webhook budget naming such a key has in use. Empty while claims are unknown.
     claim_devices: Mapping[str, Amount]
+    # Devices DRA drivers publish, node -> driver -> count (`draslices`; "" for slices of
+    # several nodes); None while ResourceSlices are unknown.
+    node_devices: Mapping[str, Mapping[str, int]] | None
 
     def __init__(
         self,
@@ -111,11 +119,13 @@ class DraFacts:
         templates: Mapping[str, ClaimSpec] | None,
         claims: Mapping[str, ClaimSpec] | None,
         claim_devices: Mapping[str, Amount],
+        node_devices: Mapping[str, Mapping[str, int]] | None = None,
     ) -> None:
         self.device_classes = device_classes
         self.templates = templates
         self.claims = claims
         self.claim_devices = claim_devices
+        self.node_devices = node_devices
 
 
 # ---- readers ----------------------------------------------------------------------------
@@ -228,12 +238,16 @@ def devices_of(spec: ClaimSpec, all_as: int) -> dict[str, int]:
     return out
 
 
-def reduce(kind: str, obj: Mapping[str, Any]) -> tuple[str, str, DeviceClass | ClaimSpec]:
+def reduce(
+    kind: str, obj: Mapping[str, Any]
+) -> tuple[str, str, DeviceClass | ClaimSpec | SliceDevices]:
     """(namespace, name, value) of one object of a DRA kind, as `DraCache` keeps it."""
     meta = _dict(obj.get("metadata"))
     namespace, name = _str(meta.get("namespace")), _str(meta.get("name"))
     if kind == "deviceclasses":
         return "", name, device_class(obj)
+    if kind == SLICES:
+        return "", name, slice_devices(obj)
     spec = _dict(obj.get("spec"))
     if kind == "resourceclaimtemplates":
         spec = _dict(spec.get("spec"))  # the template's claim spec
@@ -261,17 +275,20 @@ class DraCache:
             "resourceclaims": None,
         }
         self._devices: dict[str, dict[str, Amount]] = {}  # namespace -> key -> devices
+        self._slices = SliceStore()  # ResourceSlices: devices per node and driver
 
     def facts_for(self, namespace: str) -> DraFacts | None:
         templates = self._specs["resourceclaimtemplates"]
         claims = self._specs["resourceclaims"]
-        if self._classes is None and templates is None and claims is None:
+        nodes = self._slices.by_node()
+        if self._classes is None and templates is None and claims is None and nodes is None:
             return None
         return DraFacts(
-            device_classes=self._classes,
-            templates=None if templates is None else templates.get(namespace, _EMPTY),
-            claims=None if claims is None else claims.get(namespace, _EMPTY),
-            claim_devices=self._devices.get(namespace, _EMPTY),
+            self._classes,
+            None if templates is None else templates.get(namespace, _EMPTY),
+            None if claims is None else claims.get(namespace, _EMPTY),
+            self._devices.get(namespace, _EMPTY),
+            nodes,
         )
 
     def claim_devices(self) -> Mapping[str, Mapping[str, Amount]]:
@@ -283,6 +300,9 @@ class DraCache:
         """A whole list of `kind` (`reduce`d): what was there before is gone."""
         if kind == "deviceclasses":
             self._classes = {name: value for _, name, value in items}
+            return
+        if kind == SLICES:
+            self._slices.replace(items)
             return
         specs: _Specs = {}
         for namespace, name, value in items:
@@ -300,6 +320,9 @@ class DraCache:
             else:
                 classes[name] = value
             self._classes = classes
+            return
+        if kind == SLICES:
+            self._slices.put(name, value)
             return
         specs = self._specs[kind]
         if specs is None:
@@ -323,6 +346,9 @@ class DraCache:
         """404 (the API is not served: known, nothing there) or 403 (not allowed: unknown)."""
         if kind == "deviceclasses":
             self._classes = None if forbidden else {}
+            return
+        if kind == SLICES:
+            self._slices.not_served(forbidden=forbidden)
             return
         self._specs[kind] = None if forbidden else {}
         if kind == "resourceclaims":

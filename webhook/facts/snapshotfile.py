@@ -7,8 +7,9 @@ that kind is unknown (`None` in the facts), which the isolation rules read diffe
 `machineDeployments`, `machinePools`, objects as `kubectl get -o yaml` prints them): with none
 of them the cluster's provisioning is unknown; with any of them, what they list is all it can
 create.
-DRA objects (`deviceClasses`, `resourceClaimTemplates`, `resourceClaims`, whole, as the API
-returns them) are optional per kind too: a section left out is unknown, `[]` known and empty.
+DRA objects (`deviceClasses`, `resourceClaimTemplates`, `resourceClaims`, `resourceSlices`,
+whole, as the API returns them) are optional per kind too: a section left out is unknown, `[]`
+known and empty.
 KServe's runtimes (`servingRuntimes`, each with its metadata.namespace, and
 `clusterServingRuntimes`, whole, as the API returns them) are read by
 `webhook.facts.servingruntimes`: with neither section they are unknown (an InferenceService
@@ -178,6 +179,8 @@ class SnapshotFile(_Model):
     device_classes: list[dict[str, Any]] | None = None
     resource_claim_templates: list[dict[str, Any]] | None = None
     resource_claims: list[dict[str, Any]] | None = None
+    # The devices DRA drivers publish on each node (whole ResourceSlices).
+    resource_slices: list[dict[str, Any]] | None = None
     # KServe serving runtimes whole (serving.kserve.io/v1alpha1 ServingRuntime, each with its
     # metadata.namespace, and ClusterServingRuntime); read by `webhook.facts.servingruntimes`.
     serving_runtimes: list[dict[str, Any]] | None = None
@@ -314,6 +317,7 @@ def _dra(doc: SnapshotFile) -> dra.DraCache | None:
         "deviceclasses": (doc.device_classes, "deviceClasses"),
         "resourceclaimtemplates": (doc.resource_claim_templates, "resourceClaimTemplates"),
         "resourceclaims": (doc.resource_claims, "resourceClaims"),
+        "resourceslices": (doc.resource_slices, "resourceSlices"),
     }
     if all(objects is None for objects, _ in sections.values()):
         return None
@@ -324,7 +328,8 @@ def _dra(doc: SnapshotFile) -> dra.DraCache | None:
         items = []
         for i, obj in enumerate(objects):
             namespace, name, value = dra.reduce(kind, obj)
-            if not name or (kind != "deviceclasses" and not namespace):
+            cluster_scoped = kind in ("deviceclasses", "resourceslices")
+            if not name or (not cluster_scoped and not namespace):
                 what = "metadata.name" if not name else "metadata.namespace"
                 raise SnapshotError(f"{where}[{i}].{what}: required")
             items.append((namespace, name, value))

@@ -16,6 +16,7 @@ from webhook.engine.accounting import pod_gpus, required_terms
 from webhook.engine.checks.trust import trusted_facts, unknown_facts
 from webhook.engine.claims import dra_resource_names
 from webhook.engine.context import Context
+from webhook.engine.dranodes import dra_gpus_on
 from webhook.engine.findings import Finding
 from webhook.engine.podviews import PodView
 from webhook.facts.model import Facts, Node
@@ -199,8 +200,11 @@ def why_not_whole_node(pod: PodView, ctx: Context) -> str | None:
     """None when the pod's GPU ask fills every node shape that can run it, so no other
     tenant's GPU can share its node; else why that is not known to hold, for a message.
 
-    The shapes are the cluster's GPU pools and the ones it can create, as for schedulability;
-    while provisioning is not declared, a shape not seen yet may come, and the answer is no.
+    The shapes are the cluster's GPU pools and the ones it can create, as for schedulability,
+    each with the GPUs DRA serves there (`dranodes`: in no allocatable, so ResourceSlices must
+    be known). Provisioning counts as known only as the rule set declares it (`autoscaling:
+    none`, or its `provisionable` shapes): the autoscaler objects the cluster shows add their
+    shapes, but one seen says nothing of a pool the API does not show (a managed group at zero).
     """
     ask = {name: amount for name, amount in pod_gpus(pod).items() if positive(amount)}
     if not ask:
@@ -211,19 +215,34 @@ def why_not_whole_node(pod: PodView, ctx: Context) -> str | None:
     if facts is None:
         return "no cluster facts show the nodes it can run on"
     from_cluster = cluster_shapes(facts, ctx)
-    if not (ctx.rules.provisioning_known or from_cluster):
+    if not ctx.rules.provisioning_known:
         return "the cluster may create GPU nodes of shapes not known (provisioning not declared)"
+    dra = facts.dra
+    devices = dra.node_devices if dra is not None else None
+    if dra is None or devices is None:
+        return "the GPUs DRA drivers publish on each node are not known (ResourceSlices)"
+    served = dra_resource_names(dra)
     # Every node, cordoned ones too: a cordon is lifted, and a DaemonSet's pods ignore it.
     nodes = [*facts.nodes.nodes, *ctx.rules.provisionable, *from_cluster]
     chosen, _, _ = _selected(pod, nodes, ctx.settings.gpu_schedulable.gpu_label_prefixes)
-    fits = [n for n in chosen if all(n.gpus.get(r, 0) >= a for r, a in ask.items())]
-    if not fits:
-        return "no known node shape can run it"
-    for node in fits:
+    fits = False
+    for node in chosen:
+        by_dra, drivers = dra_gpus_on(node.name, dra, devices, ctx.rules)
+        # A name the node's allocatable lacks lands on its DRA devices when a class serves it.
+        on_dra = sum(a for r, a in ask.items() if r in served and not positive(node.gpus.get(r, 0)))
+        plugin = {r: a for r, a in ask.items() if r not in served or positive(node.gpus.get(r, 0))}
+        if on_dra > by_dra or any(node.gpus.get(r, 0) < a for r, a in plugin.items()):
+            continue  # the pod cannot run there
+        fits = True
         for name, count in node.gpus.items():
             if positive(count) and ask.get(name, 0) < count:
                 return (
                     f"it does not fill its node: a node it can run on has {show(count)} {name}, "
                     f"the pod asks {show(ask.get(name, 0))}"
                 )
-    return None
+        if by_dra > on_dra:
+            return (
+                f"it does not fill its node: a node it can run on has {by_dra} GPUs served "
+                f"through DRA ({', '.join(drivers)}), the pod asks {show(on_dra)} of them"
+            )
+    return None if fits else "no known node shape can run it"
