@@ -1,8 +1,8 @@
 """The live cache reads DRA objects from an API server that speaks the real list/watch protocol.
 
-DeviceClasses, ResourceClaimTemplates and ResourceClaims are listed and watched like the
-autoscalers' kinds: optional (a 404 is "DRA not served": known, nothing there; a 403 leaves
-them unknown), never holding up `synced`, and reduced to the values the rules read.
+DeviceClasses, ResourceClaimTemplates, ResourceClaims and ResourceSlices are listed and watched
+like the autoscalers' kinds: optional (a 404 is "DRA not served": known, nothing there; a 403
+leaves them unknown), never holding up `synced`, and reduced to the values the rules read.
 """
 
 from __future__ import annotations
@@ -161,3 +161,33 @@ def test_the_cluster_role_grants_reading_every_dra_kind() -> None:
     granted = cluster_role_grants()
     for kind in DRA_KINDS:
         assert {"list", "watch"} <= granted.get((kind.group, kind.name), set()), kind
+
+
+def _slice(name: str, node: str, gpus: int) -> dict[str, object]:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "driver": "gpu.nvidia.com",
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": f"gpu-{i}"} for i in range(gpus)],
+        },
+    }
+
+
+def test_resource_slices_are_counted_per_node_and_followed(server: FakeApiServer) -> None:
+    """How many GPUs DRA drivers publish on each node: what the whole-node exception counts."""
+    server.load("resourceslices", [_slice("n1-gpu", "n1", 16)])
+    live = live_cache(server)
+    live.start()
+    try:
+        assert live.wait_synced(10)
+        eventually(lambda: (d := dra_of(live)) is not None and d.node_devices is not None)
+        facts = dra_of(live)
+        assert facts is not None and facts.node_devices == {"n1": {"gpu.nvidia.com": 16}}
+        server.put("resourceslices", _slice("n2-gpu", "n2", 8))
+        server.delete("resourceslices", "", "n1-gpu")
+        eventually(lambda: dra_of(live).node_devices == {"n2": {"gpu.nvidia.com": 8}})
+        assert facts.node_devices == {"n1": {"gpu.nvidia.com": 16}}  # a review's view stays
+    finally:
+        live.stop()
