@@ -19,6 +19,7 @@ __all__ = [
     "Reach",
     "classify",
     "covers_device_nodes",
+    "host_path_routes",
     "normalise",
     "route_prefixes",
     "rows_for",
@@ -172,3 +173,35 @@ def route_prefixes(rows: Iterable[HostPathRow]) -> tuple[list[str], list[str]]:
     # A prefix inside another, or an exact path a prefix starts, adds nothing.
     kept = sorted(p for p in prefixes if not any(o != p and p.startswith(o) for o in prefixes))
     return kept, sorted(e for e in exact if not e.startswith(tuple(kept)))
+
+
+def _listed_prefixes(patterns: Iterable[str]) -> tuple[list[str], list[str]]:
+    """(prefixes a listed pattern's paths start with, directories above them)."""
+    fixed = []
+    for p in patterns:
+        cut = min((p.index(ch) for ch in "*?[" if ch in p), default=len(p))
+        fixed.append(p[:cut])
+    prefixes = sorted({f for f in fixed if not any(f != g and f.startswith(g) for g in fixed)})
+    above: set[str] = set()
+    for f in fixed:
+        # '/dev/nvidia' lies in /dev; '/dev/char/' names the directory /dev/char itself.
+        parts = f.rstrip("/").split("/")[1:] if f.endswith("/") else f.split("/")[1:-1]
+        path = ""
+        above.add("/")
+        for part in parts:
+            path += "/" + part
+            above.update({path, path + "/"})
+    return prefixes, sorted(above)
+
+
+def host_path_routes(
+    rows: Iterable[HostPathRow], listed: Iterable[str]
+) -> tuple[list[str], list[str]]:
+    """(prefixes, exact paths) of every host path that may reach GPUs, for the routing CEL:
+    the built-in rows' (`route_prefixes`) and the rule set's own patterns', with the
+    directories above them."""
+    prefixes, exact = route_prefixes(rows)
+    more, above = _listed_prefixes(listed)
+    merged = sorted({*prefixes, *more})
+    kept = [p for p in merged if not any(o != p and p.startswith(o) for o in merged)]
+    return kept, sorted(e for e in {*exact, *above} if not e.startswith(tuple(kept)))

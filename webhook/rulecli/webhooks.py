@@ -18,7 +18,7 @@ from typing import TypeVar
 
 from webhook.celtext import name_test, q, qlist
 from webhook.engine.compiled import CompiledRuleSet
-from webhook.engine.hostreach import route_prefixes
+from webhook.engine.hostreach import host_path_routes
 from webhook.engine.injection import PREFIXES as INJECTION_PREFIXES
 from webhook.engine.workloads import Workload, WorkloadTable
 from webhook.namepatterns import NamePatterns, is_pattern
@@ -151,35 +151,6 @@ class _Names:
         self.schedulers = list(source.gpu_sharing.schedulers)
 
 
-def _device_prefixes(names: _Names) -> tuple[list[str], list[str]]:
-    """(prefixes a host path that reaches GPUs starts with, exact paths) for host-path routing:
-    the built-in table's and those of the rule set's own patterns, with directories above."""
-    prefixes, exact = route_prefixes(names.host_rows)
-    listed, above = _listed_prefixes(names.device_paths)
-    merged = sorted({*prefixes, *listed})
-    kept = [p for p in merged if not any(o != p and p.startswith(o) for o in merged)]
-    return kept, sorted(e for e in {*exact, *above} if not e.startswith(tuple(kept)))
-
-
-def _listed_prefixes(patterns: Iterable[str]) -> tuple[list[str], list[str]]:
-    """(prefixes a listed path starts with, directories above them)."""
-    fixed = []
-    for p in patterns:
-        cut = min((p.index(ch) for ch in "*?[" if ch in p), default=len(p))
-        fixed.append(p[:cut])
-    prefixes = sorted({f for f in fixed if not any(f != g and f.startswith(g) for g in fixed)})
-    above: set[str] = set()
-    for f in fixed:
-        # '/dev/nvidia' lies in /dev; '/dev/char/' names the directory /dev/char itself.
-        parts = f.rstrip("/").split("/")[1:] if f.endswith("/") else f.split("/")[1:-1]
-        path = ""
-        above.add("/")
-        for part in parts:
-            path += "/" + part
-            above.update({path, path + "/"})
-    return prefixes, sorted(above)
-
-
 # Total by construction: a field is read only after `'f' in m` on a value whose type() is map,
 # a list is ranged over only once type() says list (and inside dyn(), which cel-cpp's checker
 # wants of a range whose static type it cannot know), a string method is called only on a
@@ -227,7 +198,7 @@ def _container_test(resources: str, names: _Names) -> str:
 
 
 def _pod_test(names: _Names) -> str:
-    prefixes, above = _device_prefixes(names)
+    prefixes, above = host_path_routes(names.host_rows, names.device_paths)
     labels = qlist(names.label_prefixes)
     keys = qlist(names.taint_keys)
     inline = qlist(names.inline)
