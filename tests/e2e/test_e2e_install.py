@@ -111,7 +111,8 @@ def test_the_exported_policies_and_quotas_are_accepted_and_stored_as_written(
     # a binding waits for its policy: the policies first, as kubectl apply orders them anyway
     docs.sort(key=lambda d: d["kind"].endswith("Binding"))
     try:
-        plane.kubectl("create", "-f", "-", stdin=yaml.safe_dump_all(docs))
+        # compiling the policies takes the apiserver seconds each on a busy machine
+        plane.kubectl("create", "-f", "-", stdin=yaml.safe_dump_all(docs), timeout=600)
         for doc in docs:
             differences = contains(stored(installed, doc), doc)
             assert not differences, (doc["kind"], doc["metadata"]["name"], differences)

@@ -97,7 +97,7 @@ def natively(installed: Installed) -> Iterator[dict[str, set[str]]]:
     for config in installed.webhook_configs:
         plane.kubectl("delete", config["kind"].lower(), config["metadata"]["name"])
     plane.kubectl("create", "namespace", NAMESPACE)
-    plane.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(policies))
+    plane.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(policies), timeout=600)
     yield exported
     plane.kubectl("delete", "-f", "-", stdin=yaml.safe_dump_all(policies), check=False)
     plane.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(installed.webhook_configs))

@@ -2,9 +2,10 @@
 
 Only what the apiserver's CEL environment offers is used: the core language, cel-go's
 strings and lists extensions (`join`, `replace`, `lists.range`, `flatten`, `sort`; lists
-version 3 is in Kubernetes' CEL since 1.34, and in what it accepts in a new policy since 1.35,
-which compiles new expressions with the previous minor's environment) and Kubernetes' quantity library (`isQuantity`,
-`quantity`, `isInteger`, `sign`, `compareTo`, `asInteger`, `asApproximateFloat`).
+version 3 is in Kubernetes' CEL since 1.34, and in what an apiserver accepts in a new policy
+since 1.35, as it compiles new expressions with the previous minor's environment) and
+Kubernetes' quantity library (`isQuantity`, `quantity`, `isInteger`, `compareTo`,
+`asInteger`, `asApproximateFloat` as members; `sign(q)` as a function, not a member).
 """
 
 from __future__ import annotations

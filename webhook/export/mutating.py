@@ -77,7 +77,7 @@ def _tolerations(compiled: CompiledRules) -> str:
     """The configured toleration of each GPU resource the pod asks for, unless one there
     already covers it (an earlier added one of the same key and effect included)."""
     gpu = gpu_name(compiled, "n")
-    positive = "quantity(string(n in r.lim ? r.lim[n] : r.req[n])).sign() > 0"
+    positive = "sign(quantity(string(n in r.lim ? r.lim[n] : r.req[n]))) > 0"
     asked = (
         "p.cs.filter(r, r.asks).map(r, (r.lim.map(n, n) + r.req.map(n, n)"
         f".filter(n, !(n in r.lim))).filter(n, {gpu} && {positive})).flatten()"

@@ -74,13 +74,27 @@ def kind_test(workloads: Iterable[Workload]) -> str:
     return "(" + " || ".join(parts) + ")"
 
 
+def record(fields: dict[str, str]) -> str:
+    """A CEL map literal of values of different types. The apiserver type-checks aggregate
+    literals as homogeneous: every value must have the first one's type, and `dyn` is a type
+    of its own there ("expected type 'dyn' but found 'string'"), so every value is dyn()."""
+    return "{" + ", ".join(f"{q(k)}: dyn({v})" for k, v in fields.items()) + "}"
+
+
 def _record(spec: str, key: str, lone: bool, mutable: bool, labels: bool, notes: bool) -> str:
-    extra = (", 'labels': " + ("{}" if lone else "@labels")) if labels else ""
-    extra += (", 'notes': " + ("{}" if lone else "@notes")) if notes else ""
-    return (
-        f"{{'spec': {spec}, 'ptr': @ptr, 'path': @path, 'key': {q(key)}, "
-        f"'lone': {str(lone).lower()}, 'mutable': {str(mutable).lower()}{extra}}}"
-    )
+    fields = {
+        "spec": spec,
+        "ptr": "@ptr",
+        "path": "@path",
+        "key": q(key),
+        "lone": str(lone).lower(),
+        "mutable": str(mutable).lower(),
+    }
+    if labels:
+        fields["labels"] = "{}" if lone else "@labels"
+    if notes:
+        fields["notes"] = "{}" if lone else "@notes"
+    return record(fields)
 
 
 def _labels(parent: str | None, key: str = "labels") -> str:
@@ -169,10 +183,9 @@ def pod_specs(table: WorkloadTable, root: str, *, labels: bool = False, notes: b
             paths.setdefault((segments, key, True, False), []).append(w)
     parts = []
     for (segments, key, lone, mutable), kinds in paths.items():
-        # dyn() first: the apiserver's CEL wants a map literal's values of one type (or dyn).
-        spec = "dyn({'containers': [@v]})" if lone else "dyn(@v)"
-        record = _record(spec, key, lone, mutable, labels, notes)
-        parts.append(f"({kind_test(kinds)}\n    ? {_collect(root, segments, record)} : [])")
+        spec = "{'containers': [@v]}" if lone else "@v"
+        made = _record(spec, key, lone, mutable, labels, notes)
+        parts.append(f"({kind_test(kinds)}\n    ? {_collect(root, segments, made)} : [])")
     # A list of lists, flattened: `a + b + c...` would nest one level per path.
     return "[\n  " + ",\n  ".join(parts) + "\n].flatten()" if parts else "[]"
 
@@ -229,32 +242,51 @@ def containers(
             role = "'ephemeral'"
         path = f"({s}.lone ? {s}.path : {s}.path + {q('.' + list_name + '[')} + string(i) + ']')"
         ptr = f"({s}.lone ? {s}.ptr : {s}.ptr + {q('/' + list_name + '/')} + string(i))"
-        record = (
-            f"{{'c': {c}, 'path': {path}, 'ptr': {ptr}, 'label': {label}, 'role': {role}, "
-            f"'res': {_res(c, s + '.key')}}}"
+        made = record(
+            {
+                "c": c,
+                "path": path,
+                "ptr": ptr,
+                "label": label,
+                "role": role,
+                "res": _res(c, s + ".key"),
+            }
         )
         parts.append(
             f"({q(list_name)} in {spec} && type({items}) == list"
-            f" ? lists.range(size({items})).filter(i, type({c}) == map).map(i, {record}) : [])"
+            f" ? lists.range(size({items})).filter(i, type({c}) == map).map(i, {made}) : [])"
         )
     keys = list(dict.fromkeys(inline))
     if keys:
         c = f"{spec}[k]"
-        record = (
-            f"{{'c': {c}, 'path': {s}.path + '.' + k, 'ptr': {s}.ptr + '/' + k, "
-            f"'label': {_label('container', c, 'k')}, 'role': 'main', "
-            f"'res': {_res(c, s + '.key')}}}"
+        made = record(
+            {
+                "c": c,
+                "path": f"{s}.path + '.' + k",
+                "ptr": f"{s}.ptr + '/' + k",
+                "label": _label("container", c, "k"),
+                "role": "'main'",
+                "res": _res(c, s + ".key"),
+            }
         )
-        parts.append(f"{qlist(keys)}.filter(k, k in {spec} && type({c}) == map).map(k, {record})")
+        parts.append(f"{qlist(keys)}.filter(k, k in {spec} && type({c}) == map).map(k, {made})")
     base = "(" + "\n    + ".join(parts) + ")"
-    keep = "'c': r.c, 'path': r.path, 'ptr': r.ptr, 'label': r.label, 'role': r.role"
-    amounts = (
-        f"{{{keep}, 'key': {s}.key, 'mutable': {s}.mutable, "
-        f"'lim': {_amounts('r.res', 'limits')}, 'req': {_amounts('r.res', 'requests')}}}"
+    keep = {k: f"r.{k}" for k in ("c", "path", "ptr", "label", "role")}
+    amounts = record(
+        {
+            **keep,
+            "key": f"{s}.key",
+            "mutable": f"{s}.mutable",
+            "lim": _amounts("r.res", "limits"),
+            "req": _amounts("r.res", "requests"),
+        }
     )
-    if shared is None:
-        flags = f"'asks': {asks('r')}"
-    else:
-        flags = f"'asks': {asks('r')} || {shared('r')}, 'shared': {shared('r')}"
-    full = f"{{{keep}, 'key': r.key, 'mutable': r.mutable, 'lim': r.lim, 'req': r.req, {flags}}}"
+    flags = (
+        {"asks": asks("r")}
+        if shared is None
+        else {"asks": f"{asks('r')} || {shared('r')}", "shared": shared("r")}
+    )
+    full = record(
+        {**keep, "key": "r.key", "mutable": "r.mutable", "lim": "r.lim", "req": "r.req", **flags}
+    )
     return f"{base}\n    .map(r, {amounts})\n    .map(r, {full})"

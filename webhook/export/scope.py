@@ -206,5 +206,8 @@ def pod_variables(rules: CompiledRuleSet) -> list[dict[str, str]]:
                 " || !variables.specs[1].exists(o, o.ptr == s.ptr && o.spec == s.spec)))"
             ),
         },
-        {"name": "pods", "expression": f"variables.judged.map(s, {{'s': s, 'cs': {per_spec}}})"},
+        {
+            "name": "pods",
+            "expression": f"variables.judged.map(s, {{'s': dyn(s), 'cs': dyn({per_spec})}})",
+        },
     ]

@@ -26,7 +26,7 @@ def gpu_name(rules: CompiledRules, var: str) -> str:
 
 
 def _positive(value: str) -> str:
-    return f"{quantity_of(value)}.sign() > 0"
+    return f"sign({quantity_of(value)}) > 0"
 
 
 def asks_gpu(rules: CompiledRules, r: str = "r") -> str:
@@ -55,7 +55,7 @@ def _whole_quantity(rules: CompiledRules) -> str:
             raw={_NAME: slot("value")},
         )
         amount = quantity_of(f"{amounts}[n]")
-        bad = f"({amount}.sign() < 0 || !{amount}.isInteger())"
+        bad = f"(sign({amount}) < 0 || !{amount}.isInteger())"
         per_section.append(
             f"{amounts}.map(n, n).filter(n, {gpu_name(rules, 'n')}).sort()"
             f".filter(n, {bad}).map(n, {text})"
