@@ -45,6 +45,9 @@ RESOURCES = {
 }
 
 
+ALICE = "alice@example.com"  # who sends a review unless a test says otherwise
+
+
 def review_for(
     obj: Any,
     *,
@@ -55,9 +58,10 @@ def review_for(
     uid: str | None = None,
     dry_run: bool = False,
     subresource: str = "",
+    user: str = ALICE,
 ) -> dict[str, Any]:
     """An AdmissionReview as the apiserver sends it for `obj` (a subresource such as
-    `ephemeralcontainers` keeps the Pod's kind and names the subresource)."""
+    `ephemeralcontainers` keeps the Pod's kind and names the subresource), sent by `user`."""
     kind = kind or obj["kind"]
     group, version, resource = RESOURCES.get(kind, ("example.com", "v1", kind.lower() + "s"))
     api_version = obj.get("apiVersion") if isinstance(obj, dict) else None
@@ -72,7 +76,7 @@ def review_for(
         "name": (obj.get("metadata") or {}).get("name", "") if isinstance(obj, dict) else "",
         "namespace": namespace,
         "operation": operation,
-        "userInfo": {"username": "alice@example.com", "groups": ["system:authenticated"]},
+        "userInfo": {"username": user, "groups": ["system:authenticated"]},
         **({"subResource": subresource, "requestSubResource": subresource} if subresource else {}),
         "object": obj,
         "oldObject": old,

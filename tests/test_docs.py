@@ -116,6 +116,7 @@ def test_the_site_builds_offline_and_strict(tmp_path: Path) -> None:
 
 def test_the_rules_reference_covers_every_rule_field_and_built_in_list() -> None:
     from webhook.audit.ruledocs import rule_doc
+    from webhook.ruleset.components import COMPONENTS
     from webhook.ruleset.defaults import DEFAULT_EXEMPT_NAMESPACES, DEFAULT_GPU_RESOURCES
     from webhook.ruleset.hostpaths import HOST_PATHS, VENDOR_PATHS
 
@@ -141,8 +142,14 @@ def test_the_rules_reference_covers_every_rule_field_and_built_in_list() -> None
             continue
         for field in definition.get("properties", {}):
             assert f"| `{field}` |" in sections[name], f"{name}.{field}"
-    for name in (*DEFAULT_GPU_RESOURCES, *DEFAULT_EXEMPT_NAMESPACES):
+    for name in DEFAULT_GPU_RESOURCES:
         assert f"- `{name}`" in page, name
+    exemptions = page.split("### Built-in exemptions", 1)[1].split("\n### ", 1)[0]
+    for name in DEFAULT_EXEMPT_NAMESPACES:
+        assert f"`{name}`" in exemptions, name
+    for c in COMPONENTS:
+        for own in (*c.accounts, *c.daemonsets):
+            assert f"`{own}`" in exemptions, own
     for row in (*HOST_PATHS, *(r for _, rows in VENDOR_PATHS for r in rows)):
         assert f"`{row.pattern}` |" in page, row.pattern
 

@@ -85,3 +85,156 @@ def test_every_exported_rule_is_one_a_label_may_relax() -> None:
 
     exported = {r.rule for r in EXPORTED} | {m.rule for m in mutating._MUTATIONS}
     assert exported <= relaxing.BY_LABEL
+
+
+# ---- built-in exemptions: a component's own pods, never a namespace name ---------------------
+
+
+def test_built_in_exemptions_relax_only_gpu_access_for_the_components_own_pods() -> None:
+    from webhook.ruleset.components import COMPONENTS
+
+    rules = RuleSet()
+    assert rules.exemptions.all_namespaces == ["kube-system", "kube-public", "kube-node-lease"]
+    in_force = rules.exemptions.components
+    assert [c.name for c in in_force] == [c.name for c in COMPONENTS if c.accounts or c.daemonsets]
+    assert frozenset(relaxing.ISOLATION_RULES) == relaxing.BY_COMPONENT
+
+
+def test_built_in_false_turns_every_built_in_exemption_off() -> None:
+    off = RuleSet.model_validate({"exemptions": {"builtIn": False, "namespaces": ["sandbox"]}})
+    assert off.exemptions.all_namespaces == ["sandbox"]
+    assert off.exemptions.components == []
+    compiled = compile_rules(off)
+    assert compiled.component_accounts is None and compiled.exempt_daemonsets is None
+
+
+def test_removing_a_namespace_takes_its_component_exemption_away_there_only() -> None:
+    rs = RuleSet.model_validate({"exemptions": {"remove": {"namespaces": ["gpu-operator"]}}})
+    operator = next(c for c in rs.exemptions.components if c.name == "NVIDIA GPU Operator")
+    assert operator.namespaces == ("nvidia-gpu-operator",)
+
+
+def test_a_namespace_that_exists_without_its_component_is_named() -> None:
+    from webhook.ruleset.components import COMPONENTS, unattended
+
+    existing = {"kai-scale-adjust", "gpu-operator", "inteldeviceplugins-system", "ml-team"}
+    pods = {
+        "gpu-operator": [("nvidia-device-plugin", "nvidia-device-plugin-daemonset-x7k2p")],
+        "kai-scale-adjust": [("default", "escape")],  # a tenant's pod, not the adjuster's
+        "inteldeviceplugins-system": [("default", "intel-gpu-plugin-sample-abcde")],
+    }
+    lines = unattended(COMPONENTS, existing, pods)
+    assert len(lines) == 1
+    assert lines[0].startswith("built-in exempt namespace kai-scale-adjust exists but runs no")
+    assert "exemptions.remove.namespaces: [kai-scale-adjust]" in lines[0]
+
+
+# ---- exemptions.workloads: a DaemonSet by name, its pods as its controller makes them --------
+
+CONTROLLER = "system:serviceaccount:kube-system:daemon-set-controller"
+WORKLOAD = {"workloads": [{"kind": "DaemonSet", "namespace": "default", "name": "dcgm-exporter"}]}
+AGENT_SPEC: dict[str, Any] = {
+    "serviceAccountName": "dcgm-exporter",
+    "tolerations": [{"operator": "Exists"}],
+    "containers": [
+        {
+            "name": "dcgm-exporter",
+            "image": "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.1-ubuntu22.04",
+            "securityContext": {"privileged": True},
+            "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}],
+        }
+    ],
+    "volumes": [{"name": "pr", "hostPath": {"path": "/var/lib/kubelet/pod-resources"}}],
+}
+
+
+def _owned_pod(spec: dict[str, Any]) -> dict[str, Any]:
+    owner = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "name": "dcgm-exporter",
+        "uid": "6f1c3a52-8d1e-4f4e-9c2b-1a2b3c4d5e6f",
+        "controller": True,
+    }
+    meta = {"name": "dcgm-exporter-abcde", "labels": {}, "ownerReferences": [owner]}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def test_the_advised_exemption_names_the_daemonset_and_what_it_trusts() -> None:
+    daemonset = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "dcgm-exporter"},
+        "spec": {"template": {"metadata": {}, "spec": AGENT_SPEC}},
+    }
+    denied = evaluate(subject_for(daemonset, namespace="default"), _rules(), None)
+    message = denied.message()
+    assert "exemptions.workloads: [{kind: DaemonSet, namespace: default, name: dcgm-exporter}]" in (
+        message
+    )
+    assert "trusts whoever may create or update DaemonSets in default" in message
+    assert "serviceAccounts" not in message and "exemptions.namespaces" not in message
+    # Taking the advice admits the DaemonSet, and its pods as its controller makes them...
+    advised = _rules(exemptions=WORKLOAD)
+    assert evaluate(subject_for(daemonset, namespace="default"), advised, None).allowed
+    made = subject_for(_owned_pod(AGENT_SPEC), namespace="default", user=CONTROLLER)
+    assert evaluate(made, advised, None).allowed
+
+
+def test_nothing_a_tenant_can_send_matches_a_workload_exemption() -> None:
+    """A tenant of `default` may name the account, copy the labels, write the ownerReference
+    with the DaemonSet's real uid, and ask for 64 GPUs: none of it is the controller."""
+    advised = _rules(exemptions=WORKLOAD)
+    greedy = {
+        **AGENT_SPEC,
+        "containers": [
+            {**AGENT_SPEC["containers"][0], "resources": {"limits": {"nvidia.com/gpu": "64"}}}
+        ],
+    }
+    forged = subject_for(_owned_pod(greedy), namespace="default", user="alice@example.com")
+    decision = evaluate(forged, advised, None)
+    assert {f.rule for f in decision.denials} >= {"privileged-gpu", "visible-devices"}
+    unknown = subject_for(_owned_pod(greedy), namespace="default")  # an audit: no requester
+    assert not evaluate(unknown, advised, None).allowed
+    # ...and even the controller's own pods stay within the nodes (schedulability is judged).
+    from webhook.facts.model import Node
+
+    snap = StaticSnapshot(
+        namespaces={"default": {}},
+        nodes=[Node("n", {}, {"nvidia.com/gpu": 8})],
+        quotas=[],
+        priority_classes=[],
+        pods=[],
+    )
+    made = subject_for(_owned_pod(greedy), namespace="default", user=CONTROLLER)
+    decision = evaluate(made, advised, snap.facts_for("default"))
+    assert {f.rule for f in decision.denials} == {"gpu-schedulable"}
+
+
+def test_a_workload_namespace_must_be_one_name() -> None:
+    import pytest
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="the namespace must be one name"):
+        RuleSet.model_validate(
+            {
+                "exemptions": {
+                    "workloads": [{"kind": "DaemonSet", "namespace": "team-*", "name": "x"}]
+                }
+            }
+        )
+
+
+def test_the_requester_reaches_the_engine_from_the_review() -> None:
+    import json
+
+    from conftest import review_for
+
+    from webhook.server.admission import engine_request
+    from webhook.server.review import decode
+
+    review = review_for(_owned_pod(AGENT_SPEC), namespace="default", user=CONTROLLER)
+    assert engine_request(decode(json.dumps(review).encode()).request).user == CONTROLLER
+    bare = review_for(_pod({}), namespace="default")
+    del bare["request"]["userInfo"]
+    assert engine_request(decode(json.dumps(bare).encode()).request).user == ""

@@ -43,7 +43,7 @@ from webhook.export.companion import COMPANION_FILE, webhook_only, webhook_only_
 from webhook.export.render import describe, render
 from webhook.export.scope import RULES_ANNOTATION
 from webhook.export.validating import SEPARATOR
-from webhook.ruleset.defaults import DEFAULT_EXEMPT_NAMESPACES
+from webhook.ruleset.components import CLUSTER_NAMESPACES
 from webhook.ruleset.files import load_rules
 
 # --- the output: schema, determinism, what is left out and why -----------------------------------
@@ -212,7 +212,7 @@ def test_exempt_namespace_patterns_skip_the_policy(tmp_path: Path) -> None:
         {
             "key": "kubernetes.io/metadata.name",
             "operator": "NotIn",
-            "values": [*DEFAULT_EXEMPT_NAMESPACES, "sandbox"],  # listed ones add to these
+            "values": [*CLUSTER_NAMESPACES, "sandbox"],  # listed ones add to these
         }
     ]
 

@@ -8,7 +8,8 @@ cases named in END_TO_END also go through the real server over HTTPS.
 A case folder holds:
 
 - `input.yaml`: the object.
-- `request.yaml` (optional): the keywords of `conftest.review_for`: namespace (default
+- `request.yaml` (optional): the keywords of `conftest.review_for`: user (the requester's
+  username, default alice@example.com), namespace (default
   ml-team), operation, old, kind, dry_run, subresource (e.g. ephemeralcontainers).
 - `rules.yaml` (optional): a whole rule file, loaded on its own instead of the shipped `rules/`.
 - `cluster.yaml` (optional): a `gpu-admission.io/v1` ClusterSnapshot; without one the
@@ -33,7 +34,7 @@ from typing import Any
 import jsonpatch
 import pytest
 import yaml
-from conftest import ROOT, Webhook, schema_problems, start_webhook, stop_webhook
+from conftest import ALICE, ROOT, Webhook, schema_problems, start_webhook, stop_webhook
 
 from webhook.engine.admit import Decided, Fast, Request, Skipped, admit
 from webhook.engine.compiled import CompiledRuleSet, compile_rules
@@ -117,6 +118,7 @@ class Case:
             obj=obj,
             old_obj=self.request.get("old"),
             raw=json.dumps(obj, separators=(",", ":")).encode() if raw else None,
+            user=str(self.request.get("user", ALICE)),
         )
 
 

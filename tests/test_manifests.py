@@ -427,12 +427,15 @@ def test_both_webhooks_select_the_same_objects() -> None:
     [
         ("kube-system", False),
         (NAMESPACE, False),
-        ("gpu-operator", False),
+        # A GPU component's namespace is sent: only the component's own pods skip the
+        # GPU-access rules there, and a tenant may have created one of those names.
+        ("gpu-operator", True),
+        ("kai-scale-adjust", True),
         ("ml-team", True),
         ("default", True),
     ],
 )
-def test_the_namespace_selector_leaves_out_system_gpu_operator_and_the_webhooks_own(
+def test_the_namespace_selector_leaves_out_only_system_and_the_webhooks_own(
     namespace: str, sent: bool
 ) -> None:
     labels = {"kubernetes.io/metadata.name": namespace}  # set on every namespace since 1.22

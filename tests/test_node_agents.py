@@ -117,20 +117,28 @@ def _denial(obj: dict[str, Any], namespace: str) -> str:
     return decision.message()
 
 
-def test_an_agent_with_its_own_account_is_told_that_account_first() -> None:
+def named(obj: dict[str, Any], name: str) -> dict[str, Any]:
+    return {**obj, "metadata": {"name": name}}
+
+
+def test_an_agent_is_told_to_exempt_its_daemonset_never_its_account_or_namespace() -> None:
+    """Any pod of the namespace may name an account that exists, and the namespace is shared:
+    the advice names the DaemonSet, which only whoever may write DaemonSets there controls."""
     spec = {
         "serviceAccountName": "nvidia-device-plugin",
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
         "containers": [container(securityContext={"privileged": True})],
         "volumes": [host("dp", "/var/lib/kubelet/device-plugins")],
     }
-    message = _denial(daemonset(spec), "gpu-infra")
+    message = _denial(named(daemonset(spec), "nvidia-device-plugin"), "gpu-infra")
     assert (
-        'Fix: exempt it in the rule set with exemptions.serviceAccounts: ["gpu-infra/'
-        'nvidia-device-plugin"] (this account alone) or exemptions.namespaces: [gpu-infra]'
+        "Fix: exempt it in the rule set with exemptions.workloads: [{kind: DaemonSet, "
+        "namespace: gpu-infra, name: nvidia-device-plugin}] (this trusts whoever may create or "
+        "update DaemonSets in gpu-infra; its pods are exempt only as the DaemonSet controller "
+        "creates them)"
     ) in message
     assert "If it is not one: remove spec.template.spec.containers[0].securityContext" in message
-    assert "run it in a namespace or under a service account listed" not in message
+    assert "serviceAccounts" not in message and "exemptions.namespaces" not in message
 
 
 def test_a_workload_keeps_the_remove_advice() -> None:
@@ -158,7 +166,7 @@ def test_a_node_agent_that_can_reach_gpu_nodes_is_denied_not_silently_given_void
     decision = evaluate(subject_for(agent, namespace="monitoring"), RULES, None)
     assert not decision.patch
     assert {f.rule for f in decision.denials} == {"visible-devices"}
-    assert "exemptions.namespaces: [monitoring]" in decision.message()
+    assert "exemptions.workloads: [{kind: DaemonSet, namespace: monitoring" in decision.message()
 
     plain = daemonset({"tolerations": gpu_taint, "containers": [container("log", "fluent:3")]})
     # A CSI node plugin registers through the kubelet's plugin directories too, but nothing
@@ -178,20 +186,24 @@ def test_a_node_agent_that_can_reach_gpu_nodes_is_denied_not_silently_given_void
         ]
 
 
-# Where each component's own install docs or chart put it (webhook/ruleset/defaults.py cites
-# them): its privileged node agent runs there untouched from the first day.
-COMPONENT_NAMESPACES = [
-    "nvidia-device-plugin",
-    "gpu-feature-discovery",
-    "dra-driver-nvidia-gpu",
-    "nvidia-dra-driver-gpu",
-    "network-operator",
-    "openshift-amd-gpu",
-    "habana-system",
-    "habana-ai-operator",
-    "kai-resource-reservation",
-    "kai-scale-adjust",
-    "runai-reservation",
+# Where each component's own install docs or chart put it, under its own account or as its own
+# DaemonSet (webhook/ruleset/components.py cites them): its privileged node agent runs there
+# from the first day, never judged for GPU access.
+OWN_PODS = [
+    ("gpu-operator", "nvidia-device-plugin", ""),
+    ("nvidia-gpu-operator", "nvidia-nvidia-driver-default-ubuntu22.04", ""),
+    ("nvidia-device-plugin", "nvdp-nvidia-device-plugin-service-account", ""),
+    ("gpu-feature-discovery", "nvdp-nvidia-device-plugin-service-account", ""),
+    ("dra-driver-nvidia-gpu", "dra-driver-nvidia-gpu-service-account-kubeletplugin", ""),
+    ("nvidia-dra-driver-gpu", "nvidia-dra-driver-gpu-service-account-kubeletplugin", ""),
+    ("network-operator", "ofed-driver", ""),
+    ("node-feature-discovery", "nfd-node-feature-discovery-worker", ""),
+    ("openshift-amd-gpu", "amd-gpu-operator-kmm-device-plugin", ""),
+    ("inteldeviceplugins-system", "", "intel-gpu-plugin-gpudeviceplugin-sample"),
+    ("habana-system", "", "habanalabs-device-plugin-daemonset"),
+    ("kai-resource-reservation", "kai-resource-reservation", ""),
+    ("kai-scale-adjust", "scaling-pod", ""),
+    ("runai-reservation", "runai-reservation", ""),
 ]
 PLUGIN = {
     "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
@@ -205,20 +217,30 @@ PLUGIN = {
 }
 
 
-@pytest.mark.parametrize("namespace", COMPONENT_NAMESPACES)
-def test_a_gpu_component_in_its_documented_namespace_runs_untouched(namespace: str) -> None:
-    decision = evaluate(subject_for(daemonset(PLUGIN), namespace=namespace), RULES, None)
+@pytest.mark.parametrize("namespace,account,daemonset_name", OWN_PODS)
+def test_a_gpu_component_in_its_documented_namespace_runs_untouched(
+    namespace: str, account: str, daemonset_name: str
+) -> None:
+    spec = {**PLUGIN, "serviceAccountName": account} if account else PLUGIN
+    obj = named(daemonset(spec), daemonset_name or "agent")
+    decision = evaluate(subject_for(obj, namespace=namespace), RULES, None)
     assert decision.allowed and not decision.patch and not decision.judged
 
 
-def test_a_component_applied_into_default_is_denied_naming_the_account_to_exempt() -> None:
+@pytest.mark.parametrize("namespace,account,daemonset_name", OWN_PODS)
+def test_another_pod_in_a_component_namespace_is_judged(
+    namespace: str, account: str, daemonset_name: str
+) -> None:
+    """The namespace's name alone exempts nothing: a tenant may have created it."""
+    obj = named(daemonset({**PLUGIN, "serviceAccountName": "tenant"}), "mine")
+    decision = evaluate(subject_for(obj, namespace=namespace), RULES, None)
+    assert not decision.allowed
+    assert {f.rule for f in decision.denials} >= {"privileged-gpu", "host-gpu-devices"}
+
+
+def test_a_component_applied_into_default_is_denied_naming_its_daemonset() -> None:
     """Static GPU feature discovery, dcgm-exporter and Intel's GPU plugin land in the current
-    namespace under its `default` account; `default` itself is never exempt."""
-    message = _denial(daemonset(PLUGIN), "default")
-    assert 'exemptions.serviceAccounts: ["default/default"]' in message
-    mig_manager = {**PLUGIN, "serviceAccountName": "nvidia-mig-manager-service-account"}
-    message = _denial(daemonset(mig_manager), "default")
-    assert (
-        'exemptions.serviceAccounts: ["default/nvidia-mig-manager-service-account"] '
-        "(this account alone)"
-    ) in message
+    namespace under its `default` account; neither `default` nor its accounts are exempt."""
+    message = _denial(named(daemonset(PLUGIN), "gpu-feature-discovery"), "default")
+    assert "exemptions.workloads: [{kind: DaemonSet, namespace: default, name: " in message
+    assert "serviceAccounts" not in message

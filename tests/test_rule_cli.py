@@ -208,7 +208,11 @@ def test_exemption_lists_add_up_across_files_and_explain_says_which_line(
     assert (
         f"(exemptions.namespaces: ml-infra at {tmp_path}/b-team.yaml:3:7)" in explained["ml-infra"]
     )
-    assert "exempt: nothing" in explained["gpu-operator"]  # the built-in ones stay
+    # the built-in ones stay: the GPU Operator's own pods are not judged for GPU access
+    assert (
+        "not exempt\npartly exempt: the built-in exemption for NVIDIA GPU Operator relaxes "
+        in (explained["gpu-operator"])
+    )
     assert (
         f"not exempt (exemptions.remove.namespaces at {tmp_path}/b-team.yaml:5:18 takes its "
         "built-in exemption away)" in explained["gpu-admission"]

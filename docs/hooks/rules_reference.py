@@ -158,10 +158,21 @@ def _fields_table(definition: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _own_pods(accounts: tuple[str, ...], daemonsets: tuple[str, ...]) -> str:
+    """A component's own pods, for the built-in exemptions table."""
+    parts = []
+    if accounts:
+        parts.append("service accounts " + ", ".join(f"`{a}`" for a in accounts))
+    if daemonsets:
+        parts.append("pods of DaemonSets " + ", ".join(f"`{d}`" for d in daemonsets))
+    return "; ".join(parts) or "none (not established from its charts: judged like any pod)"
+
+
 def render(schema: dict[str, Any] | None = None) -> str:
     """The page's markdown."""
     from webhook.audit.ruledocs import rule_doc
-    from webhook.ruleset.defaults import DEFAULT_EXEMPT_NAMESPACES, DEFAULT_GPU_RESOURCES
+    from webhook.ruleset.components import CLUSTER_NAMESPACES, COMPONENTS
+    from webhook.ruleset.defaults import DEFAULT_GPU_RESOURCES
     from webhook.ruleset.hostpaths import HOST_PATHS, KINDS, VENDOR_PATHS
 
     if schema is None:
@@ -219,16 +230,34 @@ def render(schema: dict[str, Any] | None = None) -> str:
     out += [
         "## Built-in lists",
         "",
-        "From `webhook/ruleset/defaults.py`, where each exempt namespace cites the install",
-        "document or chart that puts a GPU component there.",
+        "From `webhook/ruleset/defaults.py` and, for the built-in exemptions,",
+        "`webhook/ruleset/components.py`.",
         "",
         "### GPU resources (`gpuResources`)",
         "",
         *[f"- `{name}`" for name in DEFAULT_GPU_RESOURCES],
         "",
-        "### Exempt namespaces (`exemptions.namespaces` adds to these)",
+        "### Built-in exemptions (`exemptions.builtIn`)",
         "",
-        *[f"- `{name}`" for name in DEFAULT_EXEMPT_NAMESPACES],
+        "From `webhook/ruleset/components.py`, where each entry cites the chart or manifest",
+        "its names come from. Exempt whole (every cluster has them from the start):",
+        "",
+        *[f"- `{name}`" for name in CLUSTER_NAMESPACES],
+        "",
+        "In the namespaces GPU components install in, only the GPU-access rules",
+        "(`visible-devices`, `privileged-gpu`, `host-gpu-devices`), and only for the",
+        "component's own pods: those running under its service accounts, or made by the",
+        "DaemonSet controller for its DaemonSets. Everything else is judged there as anywhere.",
+        "`exemptions.namespaces` adds namespaces exempt whole; `exemptions.remove.namespaces`",
+        "takes one of these away; `exemptions.builtIn: false` all of them.",
+        "",
+        "| Namespaces | Component | Its own pods |",
+        "|---|---|---|",
+        *[
+            f"| {', '.join(f'`{n}`' for n in c.namespaces)} | {c.name} | "
+            f"{_own_pods(c.accounts, c.daemonsets)} |"
+            for c in COMPONENTS
+        ],
         "",
         "### Host paths that reach GPUs (`host-gpu-devices`)",
         "",

@@ -63,6 +63,7 @@ class Request:
         "raw",
         "raw_old",
         "subresource",
+        "user",
     )
 
     def __init__(
@@ -78,6 +79,7 @@ class Request:
         raw_old: bytes | None = None,
         namespace_labels: Mapping[str, str] | None = None,
         fallback_namespace: str = "default",
+        user: str = "",  # the request's userInfo.username
     ) -> None:
         self.group = group
         self.kind = kind
@@ -90,6 +92,7 @@ class Request:
         self.raw_old = raw_old
         self.namespace_labels = namespace_labels
         self.fallback_namespace = fallback_namespace
+        self.user = user
 
 
 @dataclass(slots=True)
@@ -206,6 +209,7 @@ def admit(
         old_obj=old,
         namespace_labels=request.namespace_labels,
         subresource=request.subresource,
+        user=request.user,
     )
     if not scoped and subject.namespace:
         subject.namespace = ""

@@ -126,6 +126,14 @@ class CompiledRuleSet:
         self.exempt_namespace_selector = ex.namespace_selector
         self.exempt_pods = ex.pod_selector
         self.exempt_accounts = NamePatterns(ex.service_accounts) if ex.service_accounts else None
+        # Partial exemptions (`engine.exempt`), as "namespace/name": the built-in components'
+        # own accounts and DaemonSets, and the DaemonSets the rule set names.
+        comps = ex.components
+        accounts = [f"{n}/{a}" for c in comps for n in c.namespaces for a in c.accounts]
+        daemonsets = [f"{n}/{d}" for c in comps for n in c.namespaces for d in c.daemonsets]
+        daemonsets += [f"{w.namespace}/{w.name}" for w in ex.workloads]
+        self.component_accounts = NamePatterns(accounts) if accounts else None
+        self.exempt_daemonsets = NamePatterns(daemonsets) if daemonsets else None
         self._matchers = matchers(ruleset)
         self.base = CompiledRules(merge(ruleset, ()).rules if ruleset.overrides else ruleset)
         if self._matchers:

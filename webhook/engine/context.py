@@ -71,7 +71,7 @@ class Context:
     A plain class, not a dataclass: the slots keep it small and quick to build per review.
     """
 
-    __slots__ = ("facts", "kind", "namespace", "operation", "rules", "totals")
+    __slots__ = ("facts", "kind", "namespace", "operation", "rules", "totals", "workload")
 
     def __init__(
         self,
@@ -89,6 +89,9 @@ class Context:
         # A controller's GPU asks, all its pods at once (set before validation); None for a
         # pod, or a controller asking no GPU.
         self.totals: Totals | None = None
+        # (kind, name) of the DaemonSet the object is or names as its controller (set before
+        # validation): a node agent's denial advises exempting that DaemonSet.
+        self.workload: tuple[str, str] | None = None
 
     @property
     def settings(self) -> RuleSettings:

@@ -65,6 +65,7 @@ def _evaluate(
     compiled, views = _scope(subject, rules, labels)
     views = claims.resolve(views, compiled, facts)  # DRA claims that reach GPU classes
     ctx = Context(compiled, subject.namespace, subject.kind, subject.operation, facts)
+    ctx.workload = exempt.workload_of(subject)  # what a node agent's denial advises exempting
     patch: list[dict[str, Any]] = []
     mutated_by: list[str] = []
     if stage is not Stage.VALIDATE:
@@ -142,7 +143,7 @@ def _scope(
     elif subject.operation == "UPDATE" and views and subject.old_obj is not None:
         old_specs = {v.pointer: v.spec for v in _old_views(subject, compiled, rules)}
         views = [v for v in views if old_specs.get(v.pointer) != v.spec]
-    kept = (exempt.scoped(v, subject.namespace, rules) for v in views)
+    kept = (exempt.scoped(v, subject, rules) for v in views)
     return compiled, [v for v in kept if v is not None]
 
 

@@ -34,6 +34,9 @@ class Subject:
     namespace_labels: Mapping[str, str] | None = None
     name: str = ""  # metadata.name, else generateName, else the request's name
     subresource: str = ""  # "ephemeralcontainers" for kubectl debug; other subresources: none
+    # Who asks (the request's userInfo.username); "" when unknown (audits, rules tests): the
+    # workload exemptions trust a pod only when its controller creates it.
+    user: str = ""
 
     def __init__(
         self,
@@ -46,6 +49,7 @@ class Subject:
         namespace_labels: Mapping[str, str] | None = None,
         name: str = "",
         subresource: str = "",
+        user: str = "",
     ) -> None:
         self.obj = obj
         self.group = group
@@ -56,6 +60,7 @@ class Subject:
         self.namespace_labels = namespace_labels
         self.name = name
         self.subresource = subresource
+        self.user = user
 
 
 def _metadata(obj: Any) -> dict[str, Any]:
@@ -75,6 +80,7 @@ def subject_for(
     namespace_labels: Mapping[str, str] | None = None,
     name: str = "",
     subresource: str = "",
+    user: str = "",
 ) -> Subject:
     """The engine's input for `obj`.
 
@@ -99,4 +105,5 @@ def subject_for(
         namespace_labels,
         name or str(meta.get("name") or meta.get("generateName") or ""),
         subresource,
+        user,
     )

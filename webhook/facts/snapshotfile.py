@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic.alias_generators import to_camel
 
 from webhook.facts import dra
+from webhook.facts.census import Census
 from webhook.facts.model import (
     GPU_PRODUCT_LABEL,
     Node,
@@ -135,10 +136,13 @@ class _PodDoc(_Model):
     namespace: str
     name: str
     phase: str = "Running"
-    gpus: dict[str, int | str]
+    # A pod of no GPU counts for nothing in usage: listed only to say who runs where.
+    gpus: dict[str, int | str] = Field(default_factory=dict)
     node: str = ""
     product: str = ""
     priority_class: str = ""
+    # spec.serviceAccountName: `rules check` compares the built-in exemptions with it.
+    service_account: str = ""
 
 
 class _ConfigMapDoc(_Model):
@@ -285,7 +289,16 @@ def snapshot_from_doc(doc: SnapshotFile) -> StaticSnapshot:
         provisionable=provisioning(
             doc.node_pools, doc.machine_sets, doc.machine_deployments, doc.machine_pools
         ),
+        census=_census(doc),
     )
+
+
+def _census(doc: SnapshotFile) -> Census | None:
+    """Who runs where: known only when the pods say which service account they run as."""
+    if not any(p.service_account for p in doc.pods):
+        return None
+    pods = ((p.namespace, p.service_account, p.name) for p in doc.pods)
+    return Census.of(doc.namespaces, pods)
 
 
 def _serving_runtimes(doc: SnapshotFile) -> RuntimeStore | None:

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
 from webhook.facts import dra
+from webhook.facts.census import Census
 from webhook.facts.model import (
     EMPTY_USAGE,
     TERMINATED,
@@ -74,6 +75,7 @@ class StaticSnapshot:
         dra_cache: dra.DraCache | None = None,
         serving_runtimes: RuntimeStore | None = None,
         webhooks: WebhookTimeouts | None = None,
+        census: Census | None = None,
     ) -> None:
         """`config_maps` and `secrets` are (namespace, name, data) with data decoded; None
         means the kind is unknown, as for `provisionable` (shapes the cluster can create; given
@@ -100,6 +102,7 @@ class StaticSnapshot:
         self._dra = dra_cache  # DeviceClasses, claim templates, claims; None: unknown
         self._runtimes = serving_runtimes  # KServe's; None: unknown
         self._webhooks = webhooks  # validating webhook configurations; None: unknown
+        self.census = census  # who runs where (`rules check`); None: not known
         # What every namespace holds, for budgets over several namespaces.
         self._usages = NamespaceUsages(
             lambda: self._usage,

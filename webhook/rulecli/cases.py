@@ -73,6 +73,7 @@ class Case(_Model):
                 obj=request.get("object"),
                 old_obj=request.get("oldObject"),
                 namespace_labels=self.namespace_labels,
+                user=_username(request.get("userInfo")),
             )
         return Request(
             operation=self.operation,
@@ -81,6 +82,12 @@ class Case(_Model):
             old_obj=self.old_object,
             namespace_labels=self.namespace_labels,
         )
+
+
+def _username(info: object) -> str:
+    """A review's userInfo.username: whose request it is (the workload exemptions read it)."""
+    name = info.get("username") if isinstance(info, dict) else None
+    return name if isinstance(name, str) else ""
 
 
 class CaseFile(_Model):

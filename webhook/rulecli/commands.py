@@ -13,9 +13,9 @@ from webhook.facts.model import FactsSource
 from webhook.namepatterns import matches_any
 from webhook.rulecli.cases import load_cases, run_case
 from webhook.rulecli.clusternotes import cluster_notes
-from webhook.rulecli.exemptnotes import exemption_notes
+from webhook.rulecli.exemptnotes import exemption_notes, partial_exemptions
 from webhook.rulecli.webhooks import render_webhooks
-from webhook.ruleset.defaults import DEFAULT_EXEMPT_NAMESPACES
+from webhook.ruleset.components import CLUSTER_NAMESPACES
 from webhook.ruleset.files import LoadedRules, RuleFileError, load_rules_with_sources
 from webhook.ruleset.models import Override, RuleSet
 from webhook.ruleset.quotas import QuotasIn, budget_plans, disagreements
@@ -205,7 +205,7 @@ def exemption_of(
         if pattern not in gone and matches_any(namespace, [pattern]):
             where = loaded.lines.get(("exemptions", "namespaces", i), "")
             return True, f"exemptions.namespaces: {pattern} at {where}".removesuffix(" at ")
-    if namespace in DEFAULT_EXEMPT_NAMESPACES and namespace not in gone:
+    if namespace in CLUSTER_NAMESPACES and ex.built_in and namespace not in gone:
         return True, "a built-in exemption; exemptions.remove.namespaces takes it away"
     removed = next((i for i, n in enumerate(ex.remove.namespaces) if n == namespace), None)
     selector = ex.namespace_selector
@@ -230,6 +230,8 @@ def explain(folder: Path | None, namespace: str, labels: dict[str, str] | None, 
         print(f"exempt: nothing in this namespace is changed or judged ({why})", file=out)
         return 0
     print(f"not exempt ({why})" if why else "not exempt", file=out)
+    for line in partial_exemptions(rs, namespace):
+        print(f"partly exempt: {line}", file=out)
     resolved = resolve(rs, namespace, labels)
     print(f"global mode: {rs.mode}", file=out)
     plans = {p.budget: p for p in budget_plans(rs)}

@@ -353,7 +353,9 @@ HEADER = """\
 #   template). DELETE and other subresources (`kubectl scale` goes to */scale) are never sent.
 # - namespaceSelector: never kube-system (a webhook outage must not block the control plane),
 #   gpu-admission itself (the webhook must be able to restart while it is down), nor the
-#   namespaces the rule set exempts by name (the GPU operators' and device plugins').
+#   namespaces the rule set exempts whole by name (kube-public, kube-node-lease and its own
+#   exemptions.namespaces). GPU components' namespaces are sent: only their own pods skip the
+#   GPU-access rules there, and quota and schedulability hold for every pod.
 # - matchConditions (CEL, GA in Kubernetes 1.30): only objects with a pod spec that asks for a
 #   GPU, sets NVIDIA_VISIBLE_DEVICES, mounts a host path that reaches GPUs, has DRA resource
 #   claims, or can land on a GPU node (tolerates a GPU taint or every taint, selects GPU node

@@ -4,9 +4,10 @@ An exemption is only as strong as the grant behind it. A pod's labels are its au
 set, so a label exemption relaxes only the rules whose breach costs that author alone (the
 pod's own shape and hygiene). The GPU-access rules protect the other tenants on a node: only
 grants a tenant cannot make relax them (a built-in component's own service accounts, a
-workload the platform team names). Budgets, ResourceQuotas, priority classes, schedulability
-and squatting on GPU nodes protect everyone's share: only a whole exempt namespace (or
-service account) the platform team lists skips them.
+DaemonSet the platform team names, its pods as its controller makes them). Budgets,
+ResourceQuotas, priority classes, schedulability and squatting on GPU nodes protect
+everyone's share: only a whole exempt namespace (or service account) the platform team lists
+skips them.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ OWN_RULES: tuple[str, ...] = (
 
 # exemptions.podSelector: the pod's author chose the labels.
 BY_LABEL: frozenset[str] = frozenset(OWN_RULES)
-# The built-in exemptions and exemptions.workloads: what a device plugin or node agent needs.
+# A built-in component's own pods and exemptions.workloads: what a device plugin or node agent
+# needs, GPU access, and nothing else (the native policies judge the other rules the same way).
 BY_COMPONENT: frozenset[str] = frozenset(ISOLATION_RULES)
 
 

@@ -50,6 +50,9 @@ def engine_request(review: AdmissionRequest) -> Request:
         None,
         review.raw_object,
         review.raw_old_object if review.operation == "UPDATE" else None,
+        None,
+        "default",
+        review.user_info.username,
     )
 
 

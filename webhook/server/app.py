@@ -29,6 +29,7 @@ from webhook.facts.reservations import Reservations, ReservingFacts
 from webhook.facts.snapshotfile import load_snapshot
 from webhook.server.admission import Admission, ClusterSource
 from webhook.server.certexpiry import watch_serving_cert
+from webhook.server.components import unattended_namespaces
 from webhook.server.limits import Limits, ServerState, map_large_buffers
 from webhook.server.metrics import (
     decisions,
@@ -319,6 +320,8 @@ def serve(
     app.contexts.append(_cert_reloader(ctx, cert, key, cert_check_seconds))
     watch_serving_cert(cert)
     app.contexts.append(rule_watcher(holder, rules_check_seconds))
+    if source.live is not None:  # warn of built-in exempt namespaces without their component
+        app.contexts.append(_background(unattended_namespaces(holder, source.live)))
     if source.reservations is not None:
         app.contexts.append(hold_expirer(source.reservations))
         REGISTRY.register(_HoldMetrics(source.reservations))

@@ -25,6 +25,13 @@ class GroupVersionKind(msgspec.Struct, frozen=True):
     version: str = ""
 
 
+class UserInfo(msgspec.Struct, frozen=True):
+    """Who sent the request: the workload exemptions trust a pod only when the controller
+    that makes such pods created it (`engine.exempt`)."""
+
+    username: str = ""
+
+
 class AdmissionRequest(msgspec.Struct, frozen=True, rename="camel"):
     """The request fields the webhook reads. The objects stay raw JSON until a rule needs them:
     most pods ask for no GPU, and the prefilter answers those without parsing the object."""
@@ -38,6 +45,7 @@ class AdmissionRequest(msgspec.Struct, frozen=True, rename="camel"):
     object: msgspec.Raw = msgspec.Raw(b"null")
     old_object: msgspec.Raw = msgspec.Raw(b"null")
     dry_run: bool = False
+    user_info: UserInfo = UserInfo()
 
     @property
     def raw_object(self) -> bytes:
@@ -72,6 +80,7 @@ _REQUEST: _Spec = {
     "name": ("string", False),
     "namespace": ("string", False),
     "dryRun": ("boolean", False),
+    "userInfo": ("object", False),
 }
 _GVK: _Spec = {"kind": ("string", True), "group": ("string", False), "version": ("string", False)}
 _JSON_TYPES = {b"{": "object", b"[": "array", b'"': "string", b"t": "boolean", b"f": "boolean"}

@@ -50,8 +50,8 @@ ISOLATION_RULES: frozenset[str] = frozenset(
 HIDDEN = "void"  # the toolkit's value for "no GPU at all"
 # Device plugins, GPU operators and node agents need these ways in: say how to let them.
 SYSTEM = (
-    ". If this is a device plugin, GPU operator or node agent that needs the devices, run it in "
-    "a namespace or under a service account listed in the rule set's exemptions"
+    ". If this is a device plugin, GPU operator or node agent that needs the devices, exempt "
+    "its DaemonSet by name in the rule set's exemptions.workloads"
 )
 
 # ---- device plugins and node agents ------------------------------------------------------
@@ -108,19 +108,16 @@ def gpu_agent(pod: PodView) -> str | None:
 
 
 def _exemption(pod: PodView, ctx: Context, why: str) -> str:
-    """The exemptions that let a node agent run: its own service account first when it has
-    one (the narrower grant), else its namespace."""
+    """The exemption that lets a node agent run: its DaemonSet, by name. Never its namespace or
+    service account: any pod of the namespace could name those and be admitted too."""
     ns = ctx.namespace
-    account = pod.spec.get("serviceAccountName") or "default"
-    by_namespace = f"exemptions.namespaces: [{ns}] (added to the built-in exempt namespaces)"
-    by_account = f'exemptions.serviceAccounts: ["{ns}/{account}"]'
-    if account == "default":
-        options = f"{by_namespace} or {by_account} (every pod of {ns} naming no account)"
-    else:
-        options = f"{by_account} (this account alone) or {by_namespace}"
+    found = ctx.workload
+    name = found[1] if found is not None else "<its DaemonSet>"
     return (
-        f"exempt it in the rule set with {options}; it looks like a device plugin or node "
-        f"agent ({why}), which needs this access"
+        f"exempt it in the rule set with exemptions.workloads: [{{kind: DaemonSet, namespace: "
+        f"{ns}, name: {name}}}] (this trusts whoever may create or update DaemonSets in {ns}; "
+        "its pods are exempt only as the DaemonSet controller creates them); it looks like a "
+        f"device plugin or node agent ({why}), which needs this access"
     )
 
 
