@@ -7,20 +7,26 @@ second would hold every other request of the replica, `/healthz` included, and a
 send such objects in dry runs that store nothing. An ordinary review (5-50 KiB) is decided on
 the loop, where it costs least; a body over OFFLOAD_BODY is decided on one worker thread, one
 review at a time, its answer written from the loop. The engine gives the GIL way while it works
-(`webhook.engine.turns`), so the loop gets its turn every few milliseconds even while compiled
-code decides.
+(`webhook.engine.turns`), so the loop gets its turn every few tens of milliseconds at most even
+while compiled code decides (bench/worst_shapes.py measures the longest wait).
+
+The cyclic garbage collector is off while the worker decides: the objects of a large review
+(a million or more) all live until it ends, so each full collection walks them all, in C,
+holding the GIL for hundreds of milliseconds, and the collections together cost more than the
+review. They hold no reference cycles, so reference counting frees them when it ends.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from webhook.server.body import Lease
 from webhook.server.routes import Later, Request
 
-__all__ = ["OFFLOAD_BODY", "Queued", "start"]
+__all__ = ["OFFLOAD_BODY", "Queued", "run", "start"]
 
 # Bodies larger than this are decided off the loop. The worst shape costs ~0.5 µs a byte
 # compiled, so a review the loop decides itself holds it ~30 ms at most; ordinary reviews stay
@@ -51,5 +57,18 @@ def start(later: Later) -> asyncio.Future[Any]:
     global _worker
     if _worker is None:
         _worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="large-review")
-    later.future = asyncio.get_running_loop().run_in_executor(_worker, later.run)
+    later.future = asyncio.get_running_loop().run_in_executor(_worker, run, later)
     return later.future
+
+
+def run(later: Later) -> Any:
+    """On the worker thread: the review, with the garbage collector off (the module says why;
+    process-wide, so the loop's small reviews leave their little cyclic garbage until it
+    ends), then as it was."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        return later.run()
+    finally:
+        if was:
+            gc.enable()
