@@ -437,3 +437,26 @@ def test_an_unscoped_quota_keeps_the_budget_and_the_apiserver_holds_the_line(
     leaves the burst to it (its `used` is what the apiserver has admitted so far)."""
     decisions = burst(tmp_path, {})
     assert all(d.allowed for d in decisions)
+
+
+def test_rules_check_does_not_take_a_scoped_quota_for_one_that_keeps_a_budget(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from webhook.cli import main
+
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "budget.yaml").write_text(yaml.safe_dump(BUDGET))
+    snapshot = {
+        "apiVersion": "gpu-admission.io/v1",
+        "kind": "ClusterSnapshot",
+        "namespaces": {"ml-team": {"labels": {}}},
+        "resourceQuotas": [
+            {"namespace": "ml-team", "name": "high-only", "hard": {f"requests.{GPU}": "8"},
+             "scopes": ["PriorityClass"]},
+        ],
+    }  # fmt: skip
+    path = tmp_path / "snapshot.yaml"
+    path.write_text(yaml.safe_dump(snapshot))
+    assert main(["rules", "check", str(tmp_path / "rules"), "--cluster-snapshot", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert f"no ResourceQuota in ml-team caps requests.{GPU} yet" in out

@@ -160,7 +160,9 @@ def _rules(args: argparse.Namespace) -> int:
             return 2
 
         def quotas_in(namespace: str) -> list[tuple[str, Mapping[str, Amount]]]:
-            return [(q.name, q.hard) for q in snapshot.facts_for(namespace).quotas]
+            # A scoped quota counts some pods only: it keeps no budget.
+            quotas = snapshot.facts_for(namespace).quotas
+            return [(q.name, q.hard) for q in quotas if not q.scopes]
 
         return rulecli.check(folder, sys.stdout, quotas_in, snapshot)
     if args.rules_command == "schema":
