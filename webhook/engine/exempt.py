@@ -58,12 +58,12 @@ def _named_daemonset(subject: Subject, rules: CompiledRuleSet) -> bool:
     names = rules.exempt_daemonsets
     if names is None:
         return False
+    if subject.kind == "Pod" and (
+        subject.operation != "CREATE" or subject.user not in DAEMONSET_CONTROLLERS
+    ):
+        return False  # asked first: it is the cheap test, and it settles most pods
     found = workload_of(subject)
-    if found is None or not names.matches(f"{subject.namespace}/{found[1]}"):
-        return False
-    return subject.kind == "DaemonSet" or (
-        subject.operation == "CREATE" and subject.user in DAEMONSET_CONTROLLERS
-    )
+    return found is not None and names.matches(f"{subject.namespace}/{found[1]}")
 
 
 def scoped(view: PodView, subject: Subject, rules: CompiledRuleSet) -> PodView | None:
