@@ -311,6 +311,8 @@ RESOURCES = {
     "Deployment": ("apps", "v1", "deployments"),
     "StatefulSet": ("apps", "v1", "statefulsets"),
     "Job": ("batch", "v1", "jobs"),
+    "DaemonSet": ("apps", "v1", "daemonsets"),
+    "ReplicaSet": ("apps", "v1", "replicasets"),
 }
 
 
