@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path.append(str(REPO))  # after PYTHONPATH: a compiled build given there is the one run
 
 from webhook.engine.build import engine_build  # noqa: E402
 from webhook.engine.pipeline import Stage  # noqa: E402

@@ -2,7 +2,7 @@
 probes and small reviews while one is computed.
 
 A review's work grows with its object (bench/worst_shapes.py): a 3 MiB object, the most the
-apiserver sends, of the worst shape takes about a second to decide. On the event loop that
+apiserver sends, of the worst shape takes up to a second to decide. On the event loop that
 second would hold every other request of the replica, `/healthz` included, and a tenant can
 send such objects in dry runs that store nothing. An ordinary review (5-50 KiB) is decided on
 the loop, where it costs least; a body over OFFLOAD_BODY is decided on one worker thread, one
@@ -28,9 +28,9 @@ from webhook.server.routes import Later, Request
 
 __all__ = ["OFFLOAD_BODY", "Queued", "run", "start"]
 
-# Bodies larger than this are decided off the loop. The worst shape costs ~0.5 µs a byte
-# compiled, so a review the loop decides itself holds it ~30 ms at most; ordinary reviews stay
-# well below and never pay the hand-over (~50 µs).
+# Bodies larger than this are decided off the loop. The worst shape costs ~0.3 µs a byte per
+# review compiled (bench/worst_shapes.py), so a review the loop decides itself holds it ~20 ms
+# at most; ordinary reviews stay well below and never pay the hand-over (~50 µs).
 OFFLOAD_BODY = 64 * 1024
 
 
