@@ -123,3 +123,58 @@ def test_the_engine_gives_way_through_interpreted_code() -> None:
 
     assert str(turns.__file__).endswith(".py"), turns.__file__
     assert "webhook/engine/turns.py" not in (ROOT / "setup.py").read_text()
+
+
+def _device_volumes(volumes: int) -> dict[str, Any]:
+    """A GPU pod whose host-path volumes each reach GPU device nodes: a finding per volume,
+    each asking whether the pod asks for GPUs and fills every node it can run on."""
+    containers: list[dict[str, Any]] = [{"name": f"c{i}", "image": "i"} for i in range(50)]
+    containers.append({"name": "g", "image": "i", "resources": {"limits": {"nvidia.com/gpu": 1}}})
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "default"},
+        "spec": {
+            "containers": containers,
+            "volumes": [
+                {"name": f"v{i}", "hostPath": {"path": f"/dev/nvidia{i}"}} for i in range(volumes)
+            ],
+        },
+    }
+
+
+@pytest.mark.skipif(
+    engine_build() == "mypyc",
+    reason="counts calls by replacing a function, which compiled callers never see; the "
+    "interpreted run of the same source checks it",
+)
+def test_pod_wide_questions_are_asked_once_however_many_host_paths(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Whether the pod asks for GPUs walks every container, and whether it fills every node
+    walks every node of the cluster: asked per volume, a pod of many containers and many
+    device volumes cost their product."""
+    from webhook.engine.checks import schedulable
+    from webhook.engine.views import ContainerView
+
+    asked = {"gpu": 0, "nodes": 0}
+    slot = ContainerView.__dict__["asks_gpu"]  # the slot: every read of a container's ask
+    real_facts = schedulable.trusted_facts
+
+    def read(view: ContainerView) -> bool:
+        asked["gpu"] += 1
+        return bool(slot.__get__(view))
+
+    def trusted_facts(ctx: Any) -> Any:
+        asked["nodes"] += 1
+        return real_facts(ctx)
+
+    monkeypatch.setattr(ContainerView, "asks_gpu", property(read, slot.__set__))
+    monkeypatch.setattr(schedulable, "trusted_facts", trusted_facts)
+    counts = []
+    for volumes in (10, 40):
+        asked.update(gpu=0, nodes=0)
+        decision = evaluate(subject_for(_device_volumes(volumes)), RULES, stage=Stage.VALIDATE)
+        assert len([f for f in decision.denials if f.rule == "host-gpu-devices"]) == volumes
+        counts.append(dict(asked))
+    assert counts[0] == counts[1], counts

@@ -158,6 +158,11 @@ class PodView:
     # finding's fix: worked out once per pod spec (a 1-tuple once known), since the answer
     # walks every container, volume and label. Not an __init__ field, like gpus_held.
     agent: tuple[str | None] | None = field(default=None, init=False, repr=False)
+    # The same for whether it fills every node it can run on (`schedulable.why_not_whole_node`,
+    # which walks the cluster's nodes), asked by every host path that reaches GPUs; and for
+    # whether any container asks for a GPU (None: not asked yet).
+    whole_node: tuple[str | None] | None = field(default=None, init=False, repr=False)
+    gpu_asked: bool | None = field(default=None, init=False, repr=False)
     # The pod's (or template's) annotations: GPU-sharing schedulers read their asks there.
     annotations: dict[str, Any] = field(default_factory=dict)
     # Rules (validations and mutations) an exemption relaxes for this pod spec
@@ -199,12 +204,19 @@ class PodView:
         self.resource_claims = resource_claims
         self.gpus_held = None
         self.agent = None
+        self.whole_node = None
+        self.gpu_asked = None
         self.annotations = {} if annotations is None else annotations
         self.relaxed = relaxed
 
     @property
     def asks_gpu(self) -> bool:
-        return any(c.asks_gpu for c in self.containers)
+        """Whether any container asks for a GPU: worked out once, since some rules ask once
+        per finding and the answer walks every container."""
+        known = self.gpu_asked
+        if known is None:
+            known = self.gpu_asked = any(c.asks_gpu for c in self.containers)
+        return known
 
     @property
     def main_containers(self) -> Iterator[ContainerView]:

@@ -197,6 +197,15 @@ def gpu_schedulable(pod: PodView, ctx: Context) -> Iterator[Finding]:
 
 
 def why_not_whole_node(pod: PodView, ctx: Context) -> str | None:
+    """`_why_not_whole_node`, worked out once per pod spec: every host path or privileged
+    container that reaches GPUs asks, and the answer walks the cluster's nodes."""
+    known = pod.whole_node
+    if known is None:
+        known = pod.whole_node = (_why_not_whole_node(pod, ctx),)
+    return known[0]
+
+
+def _why_not_whole_node(pod: PodView, ctx: Context) -> str | None:
     """None when the pod's GPU ask fills every node shape that can run it, so no other
     tenant's GPU can share its node; else why that is not known to hold, for a message.
 
