@@ -89,13 +89,15 @@ controlplane: $(STAMP)
 	@if command -v go >/dev/null 2>&1; then $(BIN)/python tests/e2e/binaries.py build; \
 	elif [ "$$GPU_ADMISSION_E2E" = required ]; then \
 		echo "make controlplane: GPU_ADMISSION_E2E=required and no Go toolchain" >&2; exit 1; \
-	else echo "make controlplane: no Go toolchain; the end-to-end tests will be skipped"; fi
+	else echo "end-to-end tests skipped: they run on a control plane built with Go; install Go" \
+		"and run make e2e"; fi
 
 # The end-to-end suite on each pinned release in turn (one pytest summary per version), against
 # the compiled build the image ships, serially: each run owns a whole control plane.
 E2E_VERSIONS ?= $(shell $(PYTHON) tests/e2e/binaries.py versions)
 e2e: controlplane $(COMPILED)/.built
-	@for v in $(E2E_VERSIONS); do \
+	@if ! command -v go >/dev/null 2>&1 && [ "$$GPU_ADMISSION_E2E" != required ]; then exit 0; fi; \
+	for v in $(E2E_VERSIONS); do \
 		echo "== end-to-end on Kubernetes $$v"; \
 		GPU_ADMISSION_E2E_VERSION=$$v GPU_ADMISSION_EXPECT_COMPILED=1 PYTHONSAFEPATH=1 \
 		PYTHONPATH=$(CURDIR)/$(COMPILED) \
