@@ -12,6 +12,7 @@ import json
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -63,7 +64,8 @@ def _free_port() -> int:
 
 @pytest.fixture
 def served(certs: Path, tmp_path: Path) -> Iterator[tuple[Webhook, int]]:
-    """The real server, with its probes on their own plain-HTTP port."""
+    """The real server, with its probes on their own plain-HTTP port (its log in
+    tmp_path/server.log)."""
     probe_port = _free_port()
     hook = start_webhook(certs, ROOT / "rules", tmp_path / "server.log", probe_port=probe_port)
     yield hook, probe_port
@@ -191,3 +193,23 @@ async def test_a_review_whose_client_leaves_while_it_waits_gives_its_budget_back
             await asyncio.sleep(0.05)
         assert servers.state.body_bytes == 0
         first[1].close()
+
+
+def test_a_decision_log_line_names_at_most_100_findings(
+    served: tuple[Webhook, int], tmp_path: Path
+) -> None:
+    """The line is written on the event loop: a pod of thousands of findings would make it
+    megabytes long (and the loop wait for it). The rest are counted."""
+    hook, _ = served
+    assert not hook.validate(worst_daemonset(80)).allowed  # 160 findings
+    log = tmp_path / "server.log"
+    line: dict[str, Any] = {}
+    for _ in range(100):
+        lines = [json.loads(x) for x in log.read_text().splitlines() if x.startswith("{")]
+        found = [x for x in lines if x.get("event") == "admission"]
+        if found:
+            line = found[-1]
+            break
+        time.sleep(0.05)
+    assert len(line["findings"]) == 100 and line["findingsNotShown"] == 60
+    assert line["msg"].endswith(", privileged-gpu=enforce and 60 more"), line["msg"][-80:]

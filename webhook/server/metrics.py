@@ -150,34 +150,42 @@ def record(endpoint: str, review: AdmissionRequest, outcome: Outcome) -> None:
             TALLY.finding(j.finding.rule, str(j.verdict))
 
 
+# A decision log line names this many findings at most, then how many more: it is written on
+# the event loop, and a pod of thousands of containers would make it megabytes long.
+MAX_LOGGED_FINDINGS = 100
+
+
 def _log_decision(request: AdmissionRequest, subject: Subject, decision: Decision) -> None:
     """One structured line per judged object: what shadow (audit) mode is read back from."""
     if not decision.judged or not decisions.isEnabledFor(logging.INFO):
         return
-    judged = decision.judged
+    judged = decision.judged[:MAX_LOGGED_FINDINGS]
+    more = len(decision.judged) - len(judged)
     namespace = subject.namespace
     name = request.name or subject.name
     kind = request.kind.kind
     allowed = decision.allowed
     verdicts = ", ".join(f"{j.finding.rule}={j.mode}" for j in judged)
+    fields: dict[str, object] = {
+        "event": "admission",
+        "uid": request.uid,
+        "kind": kind,
+        "namespace": namespace,
+        "objectName": name,  # "name" is taken by the LogRecord itself
+        "operation": request.operation,
+        "dryRun": request.dry_run,
+        "allowed": allowed,
+        "findings": [
+            {"rule": j.finding.rule, "mode": str(j.mode), "field": j.finding.field} for j in judged
+        ],
+    }
+    if more:
+        verdicts += f" and {more} more"
+        fields["findingsNotShown"] = more
     info_line(
         decisions,
         f"{'allowed' if allowed else 'denied'} {kind} {namespace}/{name}: {verdicts}",
-        # Structured fields: the JSON log format emits them as keys.
-        {
-            "event": "admission",
-            "uid": request.uid,
-            "kind": kind,
-            "namespace": namespace,
-            "objectName": name,  # "name" is taken by the LogRecord itself
-            "operation": request.operation,
-            "dryRun": request.dry_run,
-            "allowed": allowed,
-            "findings": [
-                {"rule": j.finding.rule, "mode": str(j.mode), "field": j.finding.field}
-                for j in judged
-            ],
-        },
+        fields,  # structured: the JSON log format emits them as keys
     )
 
 
