@@ -218,7 +218,11 @@ def install(plane: clustermod.ControlPlane, folder: Path) -> Installed:
     if os.environ.get("GPU_ADMISSION_EXPECT_COMPILED"):
         # `make e2e` serves the compiled build the image ships: make sure that is what runs
         where = subprocess.run(
-            [sys.executable, "-c", "import webhook.engine.admit as m; print(m.__file__)"],
+            [
+                sys.executable,
+                "-c",
+                "import importlib; print(importlib.import_module('webhook.engine.admit').__file__)",
+            ],
             capture_output=True,
             text=True,
             check=True,
