@@ -191,3 +191,34 @@ def test_resource_slices_are_counted_per_node_and_followed(server: FakeApiServer
         assert facts.node_devices == {"n1": {"gpu.nvidia.com": 16}}  # a review's view stays
     finally:
         live.stop()
+
+
+def test_a_403_after_a_restart_keeps_what_was_listed_and_retries_soon(
+    server: FakeApiServer,
+) -> None:
+    """A restarted apiserver answers 403 until its RBAC cache has synced: a kind that was
+    readable before is not forgotten for minutes, it is listed again as soon as it may be."""
+    server.load("deviceclasses", [dict(CLASSES[0])])
+    live = live_cache(server, recheck_seconds=300)
+    live.start()
+    try:
+        assert live.wait_synced(10)
+        eventually(lambda: (d := dra_of(live)) is not None and d.device_classes is not None)
+        server.forbidden = {"deviceclasses"}
+        server.drop_watches()
+        time.sleep(0.5)
+        # still known while the authorizer says no
+        facts = dra_of(live)
+        assert facts is not None and facts.device_classes is not None
+        server.forbidden = set()
+        server.put("deviceclasses", {**CLASSES[0], "metadata": {"name": "second.example.com"}})
+        eventually(
+            lambda: (
+                (d := dra_of(live)) is not None
+                and d.device_classes is not None
+                and "second.example.com" in d.device_classes
+            ),
+            seconds=10,
+        )
+    finally:
+        live.stop()

@@ -141,6 +141,7 @@ class LiveCache:
         self._synced: set[str] = set()
         self._all_synced = False  # every core kind listed once; never goes back to False
         self._failing: set[str] = set()  # kinds between an error (or 410) and their next list
+        self._listed_once: set[str] = set()  # kinds served and readable at least once
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._responses: dict[str, Any] = {}
@@ -294,6 +295,7 @@ class LiveCache:
         while not self._stop.is_set():
             try:
                 version = self._list(kind)
+                self._listed_once.add(kind.name)
                 backoff = 0.2
                 while not self._stop.is_set():
                     version = self._watch(kind, version)
@@ -305,7 +307,10 @@ class LiveCache:
                 if self._stop.is_set():
                     return
                 self._failing.add(kind.name)
-                if kind in _OPTIONAL and self._not_served(kind, exc):
+                # A 403 on a kind listed before is a restarted apiserver's RBAC cache warming
+                # up: retried soon, what was listed kept (not forgotten for recheck_seconds).
+                transient = kind.name in self._listed_once and getattr(exc, "status", 0) == 403
+                if kind in _OPTIONAL and not transient and self._not_served(kind, exc):
                     self._stop.wait(self.recheck_seconds)
                     continue
                 log.warning("%s: %s; retrying in %.1fs", kind.name, describe(exc), backoff)
