@@ -39,7 +39,7 @@ if str(REPO / "tests") not in sys.path:
     sys.path.insert(0, str(REPO / "tests"))
 
 from e2e import binaries, cluster  # noqa: E402
-from e2e.support import gpu_pod, install  # noqa: E402
+from e2e.support import gpu_pod, install, stop_process  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -50,7 +50,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 def creates(
-    plane: cluster.ControlPlane, namespace: str, count: int, clients: int
+    plane: cluster.ControlPlane, namespace: str, count: int, clients: int, prefix: str = "p"
 ) -> tuple[list[float], float]:
     """`count` pod creates from `clients` keep-alive clients; each create's seconds, and the
     wall time of them all."""
@@ -63,7 +63,7 @@ def creates(
         mine = []
         with httpx.Client(verify=plane.ssl_context(), timeout=30) as http:
             for i in range(index, count, clients):
-                pod = gpu_pod(f"p{i}")
+                pod = gpu_pod(f"{prefix}{i}")
                 resources = pod["spec"]["containers"][0]["resources"]
                 resources["limits"]["nvidia.com/gpu"] = resources["requests"]["nvidia.com/gpu"]
                 body = json.dumps(pod)
@@ -148,7 +148,7 @@ def main() -> int:
             plane.kubectl("create", "namespace", namespace)
             while plane.kubectl("get", "sa", "default", "-n", namespace, check=False).returncode:
                 time.sleep(0.1)
-            creates(plane, namespace, 50, args.clients)  # warm the paths up
+            creates(plane, namespace, 50, args.clients, prefix="warm")  # warm the paths up
             before = {k: cpu_seconds(p.popen.pid) for k, p in pids.items()}
             before["webhook"] = cpu_seconds(hook.process.pid)
             latencies, wall = creates(plane, namespace, args.creates, args.clients)
@@ -182,9 +182,7 @@ def main() -> int:
                 f"| {setup} | {rate:.0f} | {p50:.1f} | {p99:.1f} | {cpu['kube-apiserver']:.2f} "
                 f"| {cpu['etcd']:.2f} | {cpu['webhook']:.2f} | {'yes' if mutated else 'no'} |"
             )
-        stop = hook.process
-        stop.terminate()
-        stop.wait(timeout=15)
+        stop_process(hook.process)
     finally:
         plane.stop()
     return 0
