@@ -14,15 +14,14 @@ import subprocess
 import sys
 import time
 import urllib.request
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
-import jsonpatch
 import yaml
+from conftest import Answer, review_for  # the unit suite's AdmissionReview and its answer
 
 from e2e import cluster as clustermod
 
@@ -313,70 +312,15 @@ def kube_json(plane: clustermod.ControlPlane, *args: str) -> Any:
 
 # --- AdmissionReviews straight to the webhook, as the apiserver posts them --------------------
 
-RESOURCES = {
-    "Pod": ("", "v1", "pods"),
-    "Deployment": ("apps", "v1", "deployments"),
-    "StatefulSet": ("apps", "v1", "statefulsets"),
-    "Job": ("batch", "v1", "jobs"),
-    "DaemonSet": ("apps", "v1", "daemonsets"),
-    "ReplicaSet": ("apps", "v1", "replicasets"),
-}
-
-
-@dataclass
-class Answer:
-    raw: dict[str, Any]
-
-    @property
-    def allowed(self) -> bool:
-        return bool(self.raw["allowed"])
-
-    @property
-    def message(self) -> str:
-        return str((self.raw.get("status") or {}).get("message", ""))
-
-    @property
-    def warnings(self) -> list[str]:
-        return list(self.raw.get("warnings") or [])
-
-    @property
-    def patch(self) -> list[dict[str, Any]]:
-        if "patch" not in self.raw:
-            return []
-        return list(json.loads(base64.b64decode(self.raw["patch"])))
-
-    def apply(self, obj: Any) -> Any:
-        return jsonpatch.apply_patch(obj, self.patch) if self.patch else obj
-
 
 def post_review(
     hook: Installed, endpoint: str, obj: dict[str, Any], namespace: str, *, dry_run: bool = True
 ) -> Answer:
     """One AdmissionReview for `obj` as the apiserver sends it (a dry run by default, so it
     takes no hold): the webhook's own answer, to compare with what the apiserver did."""
-    group, version, resource = RESOURCES[obj["kind"]]
-    gvk = {"group": group, "version": version, "kind": obj["kind"]}
-    gvr = {"group": group, "version": version, "resource": resource}
-    uid = str(uuid.uuid4())
-    review = {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": gvk,
-            "resource": gvr,
-            "requestKind": gvk,
-            "requestResource": gvr,
-            "name": obj["metadata"].get("name", ""),
-            "namespace": namespace,
-            "operation": "CREATE",
-            "userInfo": {"username": "e2e"},
-            "object": {**obj, "metadata": {**obj["metadata"], "namespace": namespace}},
-            "oldObject": None,
-            "dryRun": dry_run,
-            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
-        },
-    }
+    obj = {**obj, "metadata": {**obj["metadata"], "namespace": namespace}}
+    review = review_for(obj, namespace=namespace, dry_run=dry_run)
+    uid = review["request"]["uid"]
     ctx = ssl.create_default_context(cafile=str(hook.certs / "ca.crt"))
     with httpx.Client(verify=ctx, timeout=10) as client:
         answer = client.post(f"{hook.url}/{endpoint}?timeout=10s", json=review)
