@@ -8,6 +8,7 @@ up ends the run with the step that failed and its last log lines."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import json
@@ -145,6 +146,9 @@ class ControlPlane:
         )
 
     def start(self) -> ControlPlane:
+        # whatever ends the run (a test's tear-down cut short by Ctrl-C or SIGTERM included),
+        # the interpreter's exit still stops what is left and removes the folder
+        atexit.register(self.stop)
         try:
             self._start()
         except BaseException:
@@ -301,10 +305,12 @@ class ControlPlane:
         )
 
     def stop(self) -> None:
-        for process in reversed(self.processes):
-            process.stop()
-        self.processes.clear()
-        shutil.rmtree(self.root, ignore_errors=True)
+        try:
+            for process in reversed(self.processes):
+                process.stop()
+            self.processes.clear()
+        finally:  # even when interrupted half-way: what is left dies with us (pdeathsig)
+            shutil.rmtree(self.root, ignore_errors=True)
 
     def alive(self) -> list[str]:
         return [p.name for p in self.processes if p.popen.poll() is not None]

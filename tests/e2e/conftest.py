@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +28,18 @@ HOW_TO_RUN = (
     "run `make e2e` (GPU_ADMISSION_E2E=required makes a missing toolchain a failure)"
 )
 REQUIRED = os.environ.get("GPU_ADMISSION_E2E") == "required"
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A SIGTERM (a CI job cancelled, `kill`) ends the run as Ctrl-C does: the fixtures' tear-down
+    still stops the control plane and removes its temp folder. Only in an end-to-end run: the
+    unit runs' xdist workers keep their own handling."""
+    if config.option.markexpr == "e2e":
+        signal.signal(signal.SIGTERM, _interrupted)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
