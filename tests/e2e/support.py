@@ -306,6 +306,18 @@ def eventually(check: Callable[[], Any], seconds: float = 30, what: str = "") ->
         time.sleep(0.2)
 
 
+def priority_class(plane: clustermod.ControlPlane, name: str, value: int, **extra: str) -> None:
+    """A PriorityClass in the cluster (`preemptionPolicy`, `description` as keywords)."""
+    obj = {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": name},
+        "value": value,
+        **extra,
+    }
+    plane.kubectl("apply", "-f", "-", stdin=json.dumps(obj))
+
+
 def kube_json(plane: clustermod.ControlPlane, *args: str) -> Any:
     return json.loads(plane.kubectl(*args, "-o", "json").stdout)
 

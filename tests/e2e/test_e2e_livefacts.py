@@ -5,13 +5,12 @@ change it never saw as an event is decided on, not lost."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 
 import yaml
 
-from e2e.support import Installed, eventually, gpu_pod, post_review
+from e2e.support import Installed, eventually, gpu_pod, post_review, priority_class
 
 # what the docs promise for a change on a healthy apiserver (docs/cluster-facts.md)
 SECONDS = 5.0
@@ -63,19 +62,7 @@ def test_cluster_changes_reach_decisions_within_seconds(
         "a namespace label selecting an override",
     )
 
-    plane.kubectl(
-        "apply",
-        "-f",
-        "-",
-        stdin=json.dumps(
-            {
-                "apiVersion": "scheduling.k8s.io/v1",
-                "kind": "PriorityClass",
-                "metadata": {"name": "e2e-live"},
-                "value": 10,
-            }
-        ),
-    )
+    priority_class(plane, "e2e-live", 10)
     installed.set_rules(
         yaml.safe_dump({"rules": {"gpu-priority-class": {"defaultClass": "e2e-live"}}})
     )

@@ -11,7 +11,15 @@ from typing import Any
 
 import pytest
 
-from e2e.support import Installed, contains, eventually, gpu_pod, kube_json, post_review
+from e2e.support import (
+    Installed,
+    contains,
+    eventually,
+    gpu_pod,
+    kube_json,
+    post_review,
+    priority_class,
+)
 
 DEFAULT_CLASS = "e2e-gpu-default"
 
@@ -20,20 +28,12 @@ DEFAULT_CLASS = "e2e-gpu-default"
 def default_class(installed: Installed) -> Iterator[str]:
     """A default priority class for GPU pods, existing in the cluster and named by the rules."""
     plane = installed.plane
-    plane.kubectl(
-        "apply",
-        "-f",
-        "-",
-        stdin=json.dumps(
-            {
-                "apiVersion": "scheduling.k8s.io/v1",
-                "kind": "PriorityClass",
-                "metadata": {"name": DEFAULT_CLASS},
-                "value": 1000,
-                "preemptionPolicy": "Never",
-                "description": "GPU pods that name no class (gpu-admission end-to-end tests)",
-            }
-        ),
+    priority_class(
+        plane,
+        DEFAULT_CLASS,
+        1000,
+        preemptionPolicy="Never",
+        description="GPU pods that name no class (gpu-admission end-to-end tests)",
     )
     installed.set_rules(f"rules:\n  gpu-priority-class:\n    defaultClass: {DEFAULT_CLASS}\n")
     # the live cache has seen the class once the webhook injects it
