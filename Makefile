@@ -59,8 +59,8 @@ run: $(STAMP) certs/tls.crt
 # ruff, the import contract (pyproject.toml [tool.importlinter]), mypy and actionlint (the
 # workflows in .github/workflows), all clean.
 lint: $(STAMP)
-	$(BIN)/ruff check webhook tests bench setup.py docs/hooks
-	$(BIN)/ruff format --check webhook tests bench setup.py docs/hooks
+	$(BIN)/ruff check webhook tests bench scripts setup.py docs/hooks
+	$(BIN)/ruff format --check webhook tests bench scripts setup.py docs/hooks
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 	$(BIN)/actionlint .github/workflows/*.yml

@@ -4,8 +4,10 @@ rules reference generated whole, and the docs speaking of the product, not of it
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -64,12 +66,29 @@ def test_the_two_commands_are_exactly_make_run_and_make_test() -> None:
     assert [c for c in commands if c] == ["make run", "make test"]
 
 
-def test_the_readme_installs_in_three_commands_and_shows_the_report() -> None:
+def _image() -> str:
+    """The image `make image` builds by default: the name the manifests run, and the version."""
+    makefile = (ROOT / "Makefile").read_text()
+    name = re.search(r"^IMAGE\s*\?=\s*(\S+)$", makefile, flags=re.M)
+    version = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M)
+    assert name and version
+    return f"{name[1]}:{version[1]}"
+
+
+def test_the_readme_installs_from_the_clone_in_five_commands_and_shows_the_report() -> None:
+    """No release is needed: the image is built, loaded onto kind (the very name and tag the
+    manifests run), then three kubectl commands install and show a GPU pod as admitted."""
     text = README.read_text()
     install = text.split("## Install in a cluster\n", 1)[1].split("```\n", 2)[1]
-    commands = [line for line in install.splitlines() if line.startswith("kubectl ")]
-    assert len(commands) == 3
-    assert "kubectl apply -k manifests/overlays/cert-manager" in commands[0]
+    commands = [line.split(" #", 1)[0].strip() for line in install.splitlines()]
+    assert commands[0] == "make image"
+    assert commands[1] == f"kind load docker-image {_image()}"
+    deployment = (ROOT / "manifests" / "base" / "deployment.yaml").read_text()
+    assert f"image: {_image()}\n" in deployment
+    assert [c for c in commands[2:] if c.startswith("kubectl ")] == commands[2:]
+    assert len(commands) == 5
+    assert commands[2] == "kubectl apply -k manifests/overlays/cert-manager"
+    assert "`pipx install .`" in text and "`pip install .`" in text
     assert "](docs/audit-report.png)" in text
     assert "| `gpu-quota` |" in text  # the rule table
 
@@ -211,6 +230,167 @@ def test_every_repository_path_a_documented_command_names_exists() -> None:
                     named += 1
                     assert list(ROOT.glob(path)), f"{page.name}: {path} ({line.strip()})"
     assert named > 20  # the install, try-it and rules pages name plenty
+
+
+# The pages a newcomer copies command by command, in order, from a fresh clone: every file a
+# command reads is in the repository or was made by a command before it.
+_WALKTHROUGHS = ("quickstart.md", "install.md", "try-locally.md")
+_TOOLS = {"kubectl", "gpu-admission", ".venv/bin/gpu-admission", "kind", "curl", "make"}
+_READS = {"-f", "-k", "--file", "--cluster-snapshot", "--rules", "--ca", "--old", "--cacert"}
+_MAKES = {"--out", ">"}
+_MADE_BY = {("make", "run"): "certs", ("make", "certs"): "certs"}
+_WRITTEN = "\0written: "
+_LOOKS_LIKE_A_FILE = re.compile(r"^[\w.-]*/[\w./*-]*$|^[\w./-]+\.(?:ya?ml|json|crt|key|html)$")
+
+
+def _shell_lines(markdown: str) -> list[str]:
+    """The commands of a page: lines of its shell blocks (continuations joined), and inline
+    code spans that start with a tool."""
+    lines: list[str] = []
+    for language, block in re.findall(r"^ *```(\w*)\n(.*?)^ *```", markdown, flags=re.S | re.M):
+        written = re.match(r"# ([\w.-]+/[\w./-]+)\n", block)
+        if language == "yaml" and written:  # a file the reader writes: "# folder/file.yaml"
+            lines.append(f"{_WRITTEN}{written[1]}")
+        if language not in ("", "bash", "sh", "console"):
+            continue
+        lines += re.sub(r"\\\n\s*", " ", block).splitlines()
+    prose = re.sub(r"```.*?```", "", markdown, flags=re.S)
+    lines += [span for span in re.findall(r"`([^`]+)`", prose) if span.split(" ")[0] in _TOOLS]
+    return lines
+
+
+def _files_read(line: str, made: set[str]) -> list[str]:
+    """The files one line's commands read that no earlier command made; adds what it makes."""
+    if line.startswith(_WRITTEN):
+        path = line.removeprefix(_WRITTEN)
+        made.update((path, path.rsplit("/", 1)[0]))
+        return []
+    line = line.strip().removeprefix("$ ").split(" #", 1)[0]
+    if not line or line.startswith("#"):
+        return []
+    read: list[str] = []
+    for command in re.split(r"\s(?:\||&&|;)\s", line):
+        words = shlex.split(command)
+        while words and re.match(r"^[A-Z_]+=", words[0]):
+            words = words[1:]  # VAR=value prefixes
+        if not words or words[0] not in _TOOLS:
+            continue
+        if tuple(words[:2]) in _MADE_BY:
+            made.add(_MADE_BY[(words[0], words[1])])
+        for before, word in itertools.pairwise(words):
+            if before in _MAKES:
+                made.add(word.rstrip("/"))
+                continue
+            path = word.removeprefix("@") if words[0] == "curl" else word
+            reads = before in _READS or (
+                words[0].endswith("gpu-admission")
+                and not word.startswith("-")
+                and _LOOKS_LIKE_A_FILE.match(word)
+            )
+            if before in _READS and "=" in path:
+                reads = False
+            if word.startswith("@"):
+                reads = True
+            if reads and not path.startswith(("http://", "https://")):
+                read.append(path)
+    return [p for p in read if not any(p == m or p.startswith(m + "/") for m in made)]
+
+
+@pytest.mark.parametrize(
+    "page", [README, *(DOCS / name for name in _WALKTHROUGHS)], ids=lambda p: p.name
+)
+def test_every_file_a_command_reads_exists(page: Path) -> None:
+    made: set[str] = set()
+    missing: list[str] = []
+    checked = 0
+    for line in _shell_lines(page.read_text()):
+        for path in _files_read(line, made):
+            checked += 1
+            if not list(ROOT.glob(path.rstrip("/"))):
+                missing.append(f"{path} ({line.strip()})")
+    assert not missing, f"{page.name}: {missing}"
+    assert checked >= 3, page.name
+
+
+def test_the_file_check_sees_what_it_is_for() -> None:
+    """A folder that is not in the repository, given to audit, is reported; an output written
+    by one command and read by the next is not."""
+    made: set[str] = set()
+    assert _files_read("gpu-admission audit k8s/ --cluster-snapshot x.yaml", made) == [
+        "k8s/",
+        "x.yaml",
+    ]
+    assert _files_read("gpu-admission review pod.yaml > review.json", made) == ["pod.yaml"]
+    assert _files_read('curl -s "https://h/mutate" -d @review.json | jq .', made) == []
+    assert _files_read("gpu-admission certs generate --out certs", made) == []
+    assert _files_read("kubectl create secret tls t --cert=certs/tls.crt", made) == []
+    assert _files_read("kubectl apply -k manifests/overlays/x  # comment", made) == [
+        "manifests/overlays/x"
+    ]
+    written = "```yaml\n# my-install/kustomization.yaml\nresources: []\n```\n"
+    apply = "```\nkubectl apply -k my-install\n```\n"
+    for page, expected in ((written + apply, []), (apply, ["my-install"])):
+        made = set()
+        assert [p for line in _shell_lines(page) for p in _files_read(line, made)] == expected
+
+
+# Until a version is released (a "## [x.y.z]" section in CHANGELOG.md), nothing is published:
+# no page may show pulling an image, installing a wheel or a chart, or downloading a release
+# asset as a command that works, and the install pages say the image is built from the clone.
+_FETCHES_A_RELEASE = re.compile(
+    r"\b(?:docker|podman|nerdctl|crane) (?:image )?pull\b|\bctr (?:images? )?pull\b"
+    r"|\bpipx? install (?!\.(?:\s|$))\S*(?:gpu-admission|\.whl)"
+    r"|releases/download/|\bhelm (?:install|upgrade)\b|\bcosign verify\b"
+)
+_NOT_YET = "No release has been published yet"
+
+
+def _released_versions() -> list[str]:
+    return re.findall(r"^## \[(\d[^\]]*)\]", (ROOT / "CHANGELOG.md").read_text(), flags=re.M)
+
+
+def test_nothing_unreleased_is_shown_as_published() -> None:
+    released = _released_versions()
+    for page in [README, *sorted(DOCS.glob("*.md"))]:
+        text = page.read_text()
+        fetches = [line for line in _shell_lines(text) if _FETCHES_A_RELEASE.search(line)]
+        if not released:
+            assert not fetches, f"{page.name}: {fetches}"
+        else:
+            assert _NOT_YET not in text, f"{page.name}: {released[0]} is released"
+    if not released:
+        for page in (README, DOCS / "install.md", DOCS / "quickstart.md", DOCS / "index.md"):
+            assert _NOT_YET in page.read_text(), page.name
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "docker pull ghcr.io/gpu-admission/gpu-admission:0.1.0",
+        "pip install gpu-admission",
+        "pipx install gpu-admission==0.1.0",
+        "pip install gpu-admission-0.1.0-py3-none-any.whl",
+        "kubectl apply -f https://github.com/o/r/releases/download/v0.1.0/install.yaml",
+        "helm install gpu-admission ./chart",
+    ],
+)
+def test_the_published_check_sees_fetches_of_a_release(line: str) -> None:
+    assert _FETCHES_A_RELEASE.search(line)
+
+
+@pytest.mark.parametrize("line", ["pipx install .", "pip install .  # the clone", "make image"])
+def test_the_published_check_leaves_installs_from_the_clone(line: str) -> None:
+    assert not _FETCHES_A_RELEASE.search(line)
+
+
+def test_every_kind_load_names_the_image_make_image_builds() -> None:
+    loads = 0
+    for page in [README, *sorted(DOCS.glob("*.md"))]:
+        for line in _shell_lines(page.read_text()):
+            if line.startswith("kind load docker-image "):
+                loads += 1
+                assert line.split(" #", 1)[0].split()[3] == _image(), f"{page.name}: {line}"
+    assert loads >= 4  # README, home, quick start, install
 
 
 # --- product language ------------------------------------------------------------------------
