@@ -6,7 +6,9 @@ without scrolling) catching what it is for."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -170,3 +172,69 @@ def test_the_stylesheet_widens_the_grid_the_width_was_measured_with() -> None:
     assert "stylesheets/extra.css" in config["extra_css"]
     css = (DOCS / "stylesheets" / "extra.css").read_text()
     assert re.search(r"\.md-grid\s*\{\s*max-width:\s*90rem;", css)
+
+
+# --- in a browser -------------------------------------------------------------------------------
+
+
+def _browser_missing() -> str | None:
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return "selenium is not installed (make test installs the test extra)"
+    for exe in ("chromium", "chromedriver"):
+        if shutil.which(exe) is None:
+            return f"{exe} is not on PATH: run `make test-packages`"
+    return None
+
+
+def test_no_code_block_scrolls_sideways_in_a_1440_pixel_window(site: Path) -> None:
+    """What CODE_WIDTH stands for, seen in Chromium: on every page of the built site, every
+    code block shows its longest line whole next to both sidebars."""
+    reason = _browser_missing()
+    if reason is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the browser tests, but {reason}")
+        pytest.skip(reason)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(shutil.which("chromium"))
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
+        options.add_argument(arg)
+    options.add_argument("--window-size=1440,900")
+    driver = webdriver.Chrome(options=options, service=Service(str(shutil.which("chromedriver"))))
+    measure = """
+        return [...document.querySelectorAll('pre > code')].map(c => [
+            Math.max(...c.textContent.split('\\n').map(l => l.length)),
+            c.scrollWidth - c.clientWidth,
+            getComputedStyle(document.querySelector('.md-sidebar--secondary')).display,
+        ]);
+    """
+    # A copy of the page's first code block holding one line of n characters: does it scroll?
+    overflows = """
+        const pre = document.querySelector('pre').cloneNode(true);
+        pre.querySelector('code').textContent = 'x'.repeat(arguments[0]);
+        document.querySelector('article').appendChild(pre);
+        const code = pre.querySelector('code');
+        const overflow = code.scrollWidth - code.clientWidth;
+        pre.remove();
+        return overflow > 0;
+    """
+    width = _hook("markdown_check").CODE_WIDTH
+    scrolling: list[str] = []
+    try:
+        for page in sorted(site.rglob("index.html")):
+            driver.get(page.as_uri())
+            for chars, overflow, toc in driver.execute_script(measure):
+                assert toc != "none", page  # both sidebars are shown at this width
+                if overflow > 0:
+                    scrolling.append(f"{page.parent.name}: a line of {chars} characters")
+        driver.get((site / "install" / "index.html").as_uri())
+        # CODE_WIDTH fits, and is no looser than it need be.
+        assert not driver.execute_script(overflows, width)
+        assert driver.execute_script(overflows, width + 12)
+    finally:
+        driver.quit()
+    assert not scrolling, scrolling
