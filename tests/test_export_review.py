@@ -96,7 +96,8 @@ def test_the_cel_holds_no_constant_leftovers(rules: Path) -> None:
         for expression in _expressions(obj.get("spec", {})):
             code = STRING.sub("''", expression)
             found = LEFTOVERS.search(code)
-            assert found is None, (obj["metadata"]["name"], code[max(0, found.start() - 60) :][:160])
+            where = code[max(0, found.start() - 60) :][:160] if found else ""
+            assert found is None, (obj["metadata"]["name"], where)
 
 
 def test_summary_is_one_line_per_object(rules: Path) -> None:
