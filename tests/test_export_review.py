@@ -22,7 +22,7 @@ SCHEMA = json.loads((ROOT / "schema" / "rules.schema.json").read_text())
 
 RULE_SETS = {
     "defaults": "",
-    "namespace-exemption": "exemptions:\n  namespaceSelector:\n    matchLabels: {gpu: \"off\"}\n",
+    "namespace-exemption": 'exemptions:\n  namespaceSelector:\n    matchLabels: {gpu: "off"}\n',
     "account-exemption": "exemptions:\n  serviceAccounts: [kube-system/*]\n",
     "budget": (
         "rules:\n  gpu-quota:\n    budgets:\n"
