@@ -131,3 +131,16 @@ def test_the_cli_reference_page_is_the_parser() -> None:
     # a reader needs no scrolling for the usage lines
     usages = re.findall(r"```\n(gpu-admission .*?)```", page, flags=re.S)
     assert usages and all(len(line) <= 88 for u in usages for line in u.splitlines())
+
+
+def test_serve_reloads_a_single_rule_file_as_it_does_a_folder(tmp_path: Path) -> None:
+    from webhook.server.reload import RuleHolder
+
+    rule_file = tmp_path / "team.yaml"
+    rule_file.write_text("mode: audit\n")
+    holder = RuleHolder(source=rule_file)
+    assert holder.refresh() and holder.current is not None
+    assert holder.current.base.ceiling == "audit"
+    rule_file.write_text("mode: warn\n")
+    assert holder.refresh() and holder.current.base.ceiling == "warn"
+    assert not holder.refresh()  # unchanged: nothing reloaded
