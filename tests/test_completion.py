@@ -63,12 +63,14 @@ def test_bash_completion_script_parses_and_completes(tmp_path: Path) -> None:
     assert "json" in _complete_bash(script, tmp_path, "audit", "-o", "")
     assert _complete_bash(script, tmp_path, "audit", "--only") == ["--only-failed"]
     # File arguments complete paths: the audit's positional paths, files after options;
-    # folder arguments (--rules) only folders.
+    # folder arguments (`certs generate --out`) only folders; --rules takes either.
     assert _complete_bash(script, tmp_path, "audit", "k8s/p") == ["k8s/pod.yaml"]
     assert _complete_bash(script, tmp_path, "audit", "--kubeconfig", "kube/c") == ["kube/config"]
     assert _complete_bash(script, tmp_path, "review", "k8s/") == ["k8s/pod.yaml"]
     assert _complete_bash(script, tmp_path, "audit", "--rules", "ru") == ["rules"]
-    assert _complete_bash(script, tmp_path, "audit", "--rules", "rules/") == []
+    assert _complete_bash(script, tmp_path, "audit", "--rules", "rules/") == ["rules/x.yaml"]
+    assert _complete_bash(script, tmp_path, "certs", "generate", "--out", "ru") == ["rules"]
+    assert _complete_bash(script, tmp_path, "certs", "generate", "--out", "rules/") == []
 
 
 def test_zsh_completion_script_completes_paths_for_file_arguments(tmp_path: Path) -> None:
@@ -77,7 +79,8 @@ def test_zsh_completion_script_completes_paths_for_file_arguments(tmp_path: Path
     assert "audit:'evaluate manifests" in text
     audit_paths = re.search(r'^\s*"\(\*\)::files or folders.*:_files"$', text, re.M)
     assert audit_paths, "audit's paths complete files"
-    assert re.search(r"--rules\[.*:rules:_files -/\"$", text, re.M), "--rules completes folders"
+    assert re.search(r"--rules\[.*:PATH:_files\"$", text, re.M), "--rules completes both"
+    assert re.search(r"--out\[folder.*:_files -/\"$", text, re.M), "certs --out: folders"
 
 
 def test_zsh_completion_script_parses_and_registers(tmp_path: Path) -> None:

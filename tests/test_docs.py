@@ -20,7 +20,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 README = ROOT / "README.md"
-GENERATED = {"rules-reference.md"}  # made by docs/hooks at build time
+GENERATED = {"rules-reference.md", "cli.md"}  # made by docs/hooks at build time
 
 
 def _reference() -> ModuleType:

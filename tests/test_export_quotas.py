@@ -58,7 +58,10 @@ def test_a_one_namespace_budget_becomes_a_resource_quota_of_requests(tmp_path: P
     assert quota["metadata"]["name"].startswith("gpu-admission-ml-team-")
     assert quota["metadata"]["namespace"] == "ml-team"
     assert quota["metadata"]["labels"]["app.kubernetes.io/name"] == "gpu-admission"
-    assert quota["metadata"]["annotations"] == {"gpu-admission.io/budget": "ML Team"}
+    assert quota["metadata"]["annotations"] == {
+        "gpu-admission.io/budget": "ML Team",
+        "gpu-admission.io/from": "rules.gpu-quota.budgets[ML Team]",
+    }
     # Extended resources count only under requests. (a limits. quota is never enforced); DRA
     # devices per DeviceClass; HAMi's per-GPU units and per-product caps are not expressible.
     assert quota["spec"]["hard"] == {

@@ -375,12 +375,12 @@ def test_every_kind_the_pod_views_know_is_routed_unless_deliberately_not() -> No
 
 
 def test_the_shipped_webhook_configurations_are_the_ones_generated_from_the_shipped_rules() -> None:
-    """manifests/base/webhooks.yaml is `gpu-admission rules webhooks manifests/base/rules` (the
-    rules the ConfigMap deploys), byte for byte:
+    """manifests/base/webhooks.yaml is `gpu-admission rules webhooks --rules
+    manifests/base/rules` (the rules the ConfigMap deploys), byte for byte:
     a rule-file change that routes or selects more must be regenerated, never hand-edited."""
     shipped = (ROOT / "manifests" / "base" / "webhooks.yaml").read_text()
     assert shipped == render_webhooks(compile_rules(RULES)), (
-        "regenerate: gpu-admission rules webhooks manifests/base/rules "
+        "regenerate: gpu-admission rules webhooks --rules manifests/base/rules "
         "> manifests/base/webhooks.yaml"
     )
 

@@ -179,6 +179,7 @@ def test_the_log_names_the_built_in_defaults_when_no_folder_is_given(
 
     from webhook.server.reload import RuleHolder
 
+    (tmp_path / "team.yaml").write_text("mode: audit\n")
     with caplog.at_level(logging.INFO, logger="gpu-admission"):
         RuleHolder(source=None).refresh()
         RuleHolder(source=tmp_path).refresh()

@@ -59,4 +59,4 @@ def test_the_environment_then_a_local_rules_folder_are_used(tmp_path: Path) -> N
     broken = _run(tmp_path, "audit", "pod.yaml")
     assert broken.returncode == 2 and "found in the working directory" in broken.stderr
     given = _run(tmp_path, "audit", "pod.yaml", "--rules", str(tmp_path / "missing"))
-    assert given.returncode == 2 and "missing: not a folder of rule files" in given.stderr
+    assert given.returncode == 2 and "missing: no such folder or file" in given.stderr

@@ -165,7 +165,7 @@ def test_rules_check_reminds_to_regenerate_the_webhooks(
 ) -> None:
     folder = _rules_dir(tmp_path)
     assert main(["rules", "check", str(folder)]) == 0
-    assert f"gpu-admission rules webhooks {folder}" in capsys.readouterr().out
+    assert f"gpu-admission rules webhooks --rules {folder}" in capsys.readouterr().out
 
 
 # --- shipped kinds through the same condition ------------------------------------------------

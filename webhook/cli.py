@@ -12,82 +12,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from webhook.audit.snapshotcli import add_snapshot_parser
+from webhook.certs.cli import add_certs_parser
+from webhook.cliexamples import add_examples
 from webhook.ruleset.files import rules_folder
 from webhook.server.cli import add_serve_parser
 
 __all__ = ["main"]
 
 MIB = 1024 * 1024
-
-DEFAULT_HOSTS = (
-    "localhost,127.0.0.1,gpu-admission,gpu-admission.gpu-admission,"
-    "gpu-admission.gpu-admission.svc,gpu-admission.gpu-admission.svc.cluster.local"
-)
-
-
-def _certs_generate(args: argparse.Namespace) -> int:
-    from webhook.certs.generate import CertPaths, generate
-
-    out = Path(args.out)
-    existing = CertPaths.in_folder(out)
-    if args.if_missing and existing.complete():
-        print(f"certificates already in {out}/")
-        return 0
-    if not args.force and (existing.ca_cert.exists() or existing.ca_key.exists()):
-        # A new CA invalidates every caBundle already injected and every cert it signed.
-        missing = [
-            p.name for p in (existing.ca_cert, existing.cert, existing.key) if not p.is_file()
-        ]
-        keep = (
-            f"it lacks {', '.join(missing)}, so it cannot be kept as it is"
-            if args.if_missing
-            else "or --if-missing to keep it"
-        )
-        print(
-            f"gpu-admission: {out}/ already holds a CA ({existing.ca_cert.name}); pass --force "
-            f"to replace it (then inject the new CA bundle again); {keep}",
-            file=sys.stderr,
-        )
-        return 2
-    hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
-    try:
-        paths = generate(out, hosts)
-    except (OSError, ValueError) as exc:
-        print(f"gpu-admission: {exc}", file=sys.stderr)
-        return 2
-    print(f"wrote for {', '.join(hosts)}:")
-    for path in (paths.ca_cert, paths.ca_key, paths.cert, paths.key):
-        print(f"  {path}")
-    return 0
-
-
-def _certs_inject(args: argparse.Namespace) -> int:
-    from webhook.certs.inject import check_pem, inject_ca_bundle_file
-    from webhook.yamlinput import unreadable
-
-    ca, target = Path(args.ca), Path(args.file)
-    try:
-        pem = ca.read_bytes()
-        check_pem(pem)
-    except (OSError, ValueError) as exc:
-        reason = unreadable(exc) if isinstance(exc, OSError) else str(exc)
-        print(f"gpu-admission: --ca {ca}: {reason}", file=sys.stderr)
-        return 2
-    if not target.is_file():
-        print(
-            f"gpu-admission: --file {target}: no such file; give the YAML file holding the "
-            "webhook configurations (the default is relative to the repository's root)",
-            file=sys.stderr,
-        )
-        return 2
-    try:
-        count = inject_ca_bundle_file(target, pem)
-    except (OSError, ValueError) as exc:
-        print(f"gpu-admission: --file {target}: {exc}", file=sys.stderr)
-        return 2
-    webhooks = "webhook" if count == 1 else "webhooks"
-    print(f"wrote the CA bundle of {ca} into {count} {webhooks} in {target}")
-    return 0
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -149,7 +82,13 @@ def _rules(args: argparse.Namespace) -> int:
     from webhook.quantity import Amount
     from webhook.rulecli import commands as rulecli
 
-    folder = rules_folder(args.dir)
+    if args.rules and args.dir and args.rules != args.dir:
+        print(
+            f"gpu-admission: rules given twice ({args.dir} and --rules {args.rules}); give one",
+            file=sys.stderr,
+        )
+        return 2
+    folder = rules_folder(args.rules or args.dir)
     if args.rules_command == "check":
         if not args.cluster_snapshot:
             return rulecli.check(folder, sys.stdout)
@@ -176,9 +115,14 @@ def _rules(args: argparse.Namespace) -> int:
         dest = Path(args.out) if args.out else None
         return rulecli.webhooks(folder, sys.stdout, sys.stderr, dest)
     if args.rules_command == "test":
-        cases = [Path(c) for c in args.cases] or ([folder / "tests"] if folder else [])
+        beside = [folder / "tests"] if folder and folder.is_dir() else []
+        cases = [Path(c) for c in args.cases] or beside
         if not cases:
-            print("gpu-admission: no rules folder and no --cases: nothing to test", file=sys.stderr)
+            print(
+                "gpu-admission: no --cases, and no rules folder with a tests/ folder: nothing "
+                "to test",
+                file=sys.stderr,
+            )
             return 2
         return rulecli.test(folder, cases, sys.stdout)
     return rulecli.explain(folder, args.namespace, _labels(args.labels), sys.stdout)
@@ -260,8 +204,19 @@ def _export(args: argparse.Namespace) -> int:
 
     out = Path(args.out) if args.out else None
     folder = rules_folder(args.rules)
+    if args.summary and (args.out or args.webhook_only):
+        print(
+            "gpu-admission: --summary prints to stdout: no --out or --webhook-only", file=sys.stderr
+        )
+        return 2
     return export(
-        folder, args.kubernetes, out, sys.stdout, sys.stderr, webhook_only=args.webhook_only
+        folder,
+        args.kubernetes,
+        out,
+        sys.stdout,
+        sys.stderr,
+        webhook_only=args.webhook_only,
+        one_line=args.summary,
     )
 
 
@@ -274,9 +229,17 @@ def _completion(args: argparse.Namespace) -> int:
 
 
 RULES_HELP = (
-    "folder of rule files (default: $GPU_ADMISSION_RULES, else ./rules when there is one, "
-    "else the built-in defaults)"
+    "folder of rule files, or one rule file (default: $GPU_ADMISSION_RULES, else ./rules when "
+    "there is one, else the built-in defaults)"
 )
+
+
+def _rules_option(parser: argparse.ArgumentParser, *, positional: bool = False) -> None:
+    """`--rules PATH`, as every subcommand takes it; `rules check DIR` (the older spelling)
+    stays accepted where `positional`."""
+    parser.add_argument("--rules", metavar="PATH", help=RULES_HELP)
+    if positional:
+        parser.add_argument("dir", nargs="?", metavar="PATH", help="the same as --rules PATH")
 
 
 def _version() -> str:
@@ -297,26 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    certs = sub.add_parser("certs", help="certificate tooling")
-    certs_sub = certs.add_subparsers(dest="certs_command", required=True)
-    gen = certs_sub.add_parser("generate", help="write a CA and a serving certificate")
-    gen.add_argument("--out", default="certs", help="folder to write into (default: certs)")
-    gen.add_argument("--hosts", default=DEFAULT_HOSTS, help="comma-separated DNS names and IPs")
-    gen.add_argument(
-        "--if-missing", action="store_true", help="do nothing when the folder already has them"
-    )
-    gen.add_argument("--force", action="store_true", help="replace a CA already in the folder")
-    gen.set_defaults(func=_certs_generate)
-    inj = certs_sub.add_parser(
-        "inject", help="write the CA bundle into the webhook configurations of a YAML file"
-    )
-    inj.add_argument("--ca", default="certs/ca.crt", help="CA certificate (PEM)")
-    inj.add_argument(
-        "--file",
-        default="manifests/overlays/self-signed/webhooks-cabundle.yaml",
-        help="YAML file holding the webhook configurations (rewritten in place)",
-    )
-    inj.set_defaults(func=_certs_inject)
+    add_certs_parser(sub)
 
     add_serve_parser(sub, RULES_HELP, _serve)
     aud = sub.add_parser(
@@ -333,7 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --cluster: store a PolicyReport per namespace in the cluster",
     )
-    aud.add_argument("--rules", help=RULES_HELP)
+    _rules_option(aud)
     aud.add_argument(
         "--output",
         "-o",
@@ -348,7 +292,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="files: namespace of objects that name none (default: default); "
         "--cluster: only this namespace",
     )
-    aud.add_argument("--fail-on", choices=["deny", "warn"], default="deny")
+    aud.add_argument(
+        "--fail-on",
+        choices=["deny", "warn"],
+        default="deny",
+        help="exit 1 when something would be denied (default), or also when only warned",
+    )
     aud.add_argument(
         "--cluster-snapshot", help="cluster facts for quota, priority and schedulability rules"
     )
@@ -382,11 +331,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the AdmissionReview the apiserver would send for the object in FILE",
     )
     rev.add_argument("file", help="a YAML or JSON file with one object (- for stdin)")
-    rev.add_argument("--operation", choices=["CREATE", "UPDATE"], default="CREATE")
+    rev.add_argument(
+        "--operation",
+        choices=["CREATE", "UPDATE"],
+        default="CREATE",
+        help="the request's operation (default: CREATE); UPDATE needs --old",
+    )
     rev.add_argument("--namespace", help="the request's namespace (default: the object's)")
     rev.add_argument("--dry-run", action="store_true", help="as `kubectl apply --dry-run=server`")
     rev.add_argument("--old", help="the object before the update (UPDATE)")
-    rev.add_argument("--rules", help=RULES_HELP)
+    _rules_option(rev)
     rev.add_argument(
         "--mutated",
         action="store_true",
@@ -400,7 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
     rules = sub.add_parser("rules", help="check, test and explain rule files")
     rules_sub = rules.add_subparsers(dest="rules_command", required=True)
     chk = rules_sub.add_parser("check", help="validate a rule folder (exit 1 on any error)")
-    chk.add_argument("dir", nargs="?", help=RULES_HELP)
+    _rules_option(chk, positional=True)
     chk.add_argument(
         "--cluster-snapshot",
         help="also compare the budgets with this cluster's ResourceQuotas and say where they "
@@ -408,25 +362,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sch = rules_sub.add_parser("schema", help="print the JSON Schema of rule files")
     sch.add_argument("dir", nargs="?", help=argparse.SUPPRESS)
+    sch.add_argument("--rules", help=argparse.SUPPRESS)  # the schema is the same for all
     sch.add_argument("--out", help="write to this file instead of stdout")
     tst = rules_sub.add_parser("test", help="run rule test cases (default: DIR/tests)")
-    tst.add_argument("dir", nargs="?", help=RULES_HELP)
-    tst.add_argument("--cases", action="append", default=[], help="case file or folder")
+    _rules_option(tst, positional=True)
+    tst.add_argument(
+        "--cases",
+        action="append",
+        default=[],
+        help="case file or folder (repeatable; default: the tests/ folder beside the rules)",
+    )
     hooks = rules_sub.add_parser(
         "webhooks", help="print the webhook configurations that route this rule set's kinds"
     )
-    hooks.add_argument("dir", nargs="?", help=RULES_HELP)
+    _rules_option(hooks, positional=True)
     hooks.add_argument("--out", help="write to this file instead of stdout")
     exp = rules_sub.add_parser("explain", help="effective settings for one namespace")
-    exp.add_argument("dir", nargs="?", help=RULES_HELP)
-    exp.add_argument("--namespace", required=True)
+    _rules_option(exp, positional=True)
+    exp.add_argument("--namespace", required=True, help="the namespace to explain")
     exp.add_argument("--labels", help="namespace labels, k=v,k=v")
     rules.set_defaults(func=_rules)
 
     expo = sub.add_parser(
         "export", help="native admission policies for the rules that need no webhook"
     )
-    expo.add_argument("--rules", metavar="DIR", help=RULES_HELP)
+    _rules_option(expo)
     expo.add_argument(
         "--kubernetes", default="1.36", metavar="1.N", help="target version (default 1.36)"
     )
@@ -436,12 +396,19 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="the rule file that switches off in the webhook what the policies now do",
     )
+    expo.add_argument(
+        "--summary",
+        action="store_true",
+        help="one line per object (kind, name, the rule settings it comes from), not the YAML",
+    )
     expo.set_defaults(func=_export)
 
+    add_snapshot_parser(sub)
+
     comp = sub.add_parser("completion", help="print a shell completion script (bash or zsh)")
-    comp.add_argument("shell", choices=["bash", "zsh"])
+    comp.add_argument("shell", choices=["bash", "zsh"], help="the shell to complete in")
     comp.set_defaults(func=_completion)
-    return parser
+    return add_examples(parser)
 
 
 def main(argv: list[str] | None = None) -> int:

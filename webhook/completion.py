@@ -28,12 +28,13 @@ _PATHS: dict[str, str] = {
     "cluster_snapshot": "file",
     "cases": "file",
     "out": "file",
-    "rules": "dir",
-    "dir": "dir",
+    "rules": "file",  # a folder of rule files or one rule file: file completion offers both
+    "dir": "file",
 }
 _OVERRIDES: dict[tuple[str, str], str] = {
     ("certs generate", "out"): "dir",
     ("export", "out"): "dir",
+    ("snapshot", "out"): "file",
 }
 
 

@@ -15,7 +15,7 @@ from webhook.engine.compiled import compile_rules
 from webhook.export.bundle import build
 from webhook.export.companion import COMPANION_FILE
 from webhook.export.companion import webhook_only as companion
-from webhook.export.render import describe, render
+from webhook.export.render import describe, render, summary
 from webhook.ruleset.files import RuleFileError, load_rules
 
 __all__ = ["MIN_KUBERNETES", "OUT_FILE", "export", "kubernetes_version"]
@@ -48,9 +48,10 @@ def export(
     stderr: TextIO,
     *,
     webhook_only: bool = False,
+    one_line: bool = False,
 ) -> int:
     """0 when written; 2 for a rule or argument error (said on stderr). `webhook_only`: the
-    companion rule file instead of the policies."""
+    companion rule file instead of the policies; `one_line`: a line per object instead."""
     try:
         version = kubernetes_version(kubernetes)
         rules = compile_rules(load_rules(folder))
@@ -60,7 +61,10 @@ def export(
     result = build(rules, version)
     command = f"gpu-admission export --rules {folder or '(built-in defaults)'}"
     command += f" --kubernetes {kubernetes}" + (" --webhook-only" if webhook_only else "")
-    if webhook_only:
+    if one_line:
+        text, name = summary(result), OUT_FILE
+        out_dir = None  # a summary to read, never a file to apply
+    elif webhook_only:
         text, name = companion(result, command), COMPANION_FILE
     else:
         text, name = render(result, kubernetes, command), OUT_FILE

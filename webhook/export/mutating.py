@@ -20,6 +20,7 @@ from webhook.export.scope import (
     GROUP_SUFFIX,
     LABELS,
     RULES_ANNOTATION,
+    SOURCE_ANNOTATION,
     LeftOut,
     exempt_conditions,
     match_constraints,
@@ -169,6 +170,11 @@ class _Mutation:
     on: Callable[[CompiledRules], bool]
     patches: Callable[[CompiledRules], str]
     why: str
+    setting: str  # the rule's setting that switches it on
+
+    @property
+    def source(self) -> str:
+        return f"rules.{self.rule}.{self.setting}=true"
 
 
 _MUTATIONS = (
@@ -177,18 +183,21 @@ _MUTATIONS = (
         lambda c: c.settings.gpu_requests_limits.fix,
         _requests_to_limits,
         "a GPU only in requests is copied to limits",
+        "fix",
     ),
     _Mutation(
         "gpu-tolerations",
         lambda c: c.settings.gpu_tolerations.mutate,
         _tolerations,
         "GPU pods get the toleration of their GPU's taint",
+        "mutate",
     ),
     _Mutation(
         "gpu-probe-delays",
         lambda c: c.settings.gpu_probe_delays.mutate,
         _probes,
         "probe delays long enough for model loading (or a startupProbe)",
+        "mutate",
     ),
 )
 
@@ -227,7 +236,7 @@ def _policy(name: str, mutation: _Mutation, rules: CompiledRuleSet) -> dict[str,
         "metadata": {
             "name": name,
             "labels": dict(LABELS),
-            "annotations": {RULES_ANNOTATION: mutation.rule},
+            "annotations": {RULES_ANNOTATION: mutation.rule, SOURCE_ANNOTATION: mutation.source},
         },
         "spec": spec,
     }
@@ -257,7 +266,11 @@ def mutating(
             {
                 "apiVersion": API_VERSION,
                 "kind": "MutatingAdmissionPolicyBinding",
-                "metadata": {"name": name, "labels": dict(LABELS)},
+                "metadata": {
+                    "name": name,
+                    "labels": dict(LABELS),
+                    "annotations": {SOURCE_ANNOTATION: mutation.source},
+                },
                 "spec": {"policyName": name, "matchResources": namespace_selector(rules)},
             }
         )

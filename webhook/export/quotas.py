@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.export.scope import GROUP_SUFFIX, LABELS
+from webhook.export.scope import GROUP_SUFFIX, LABELS, SOURCE_ANNOTATION
 from webhook.ruleset.models import RuleSet
 from webhook.ruleset.quotas import budget_plans
 
@@ -34,7 +34,10 @@ def resource_quotas(rules: RuleSet) -> list[dict[str, Any]]:
                     "name": plan.quota,
                     "namespace": plan.namespace,
                     "labels": dict(LABELS),
-                    "annotations": {BUDGET_ANNOTATION: plan.budget},
+                    "annotations": {
+                        BUDGET_ANNOTATION: plan.budget,
+                        SOURCE_ANNOTATION: f"rules.gpu-quota.budgets[{plan.budget}]",
+                    },
                 },
                 "spec": {"hard": {k: str(v) for k, v in sorted(plan.hard.items())}},
             }

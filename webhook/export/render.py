@@ -9,9 +9,9 @@ from typing import Any
 
 import yaml
 
-from webhook.export.scope import Export, LeftOut
+from webhook.export.scope import SOURCE_ANNOTATION, Export, LeftOut
 
-__all__ = ["describe", "header", "render"]
+__all__ = ["describe", "header", "render", "summary"]
 
 
 class _Dumper(yaml.SafeDumper):
@@ -50,6 +50,17 @@ def header(export: Export, kubernetes: str, command: str) -> str:
     lines += ["#", "# Left to the webhook:"]
     lines += [f"#   {describe(item)}" for item in export.left_out] or ["#   (none)"]
     return "\n".join(lines) + "\n"
+
+
+def summary(export: Export) -> str:
+    """One line per object: its kind, name and the rule settings it comes from."""
+    lines = []
+    for obj in export.objects:
+        meta = obj.get("metadata") or {}
+        where = f"{meta['namespace']}/" if meta.get("namespace") else ""
+        source = (meta.get("annotations") or {}).get(SOURCE_ANNOTATION, "")
+        lines.append(f"{obj['kind']} {where}{meta.get('name', '')}: {source}")
+    return "".join(f"{line}\n" for line in lines)
 
 
 def render(export: Export, kubernetes: str, command: str) -> str:

@@ -27,6 +27,7 @@ __all__ = [
     "GROUP_SUFFIX",
     "LABELS",
     "RULES_ANNOTATION",
+    "SOURCE_ANNOTATION",
     "Export",
     "LeftOut",
     "exempt_conditions",
@@ -40,6 +41,9 @@ API_VERSION = "admissionregistration.k8s.io/v1"
 GROUP_SUFFIX = "gpu-admission.io"
 LABELS = {"app.kubernetes.io/name": "gpu-admission", "app.kubernetes.io/component": "native"}
 RULES_ANNOTATION = f"{GROUP_SUFFIX}/rules"  # the rule ids a policy judges, comma-separated
+# The rule settings an object comes from (`rules.<id>.<setting>=<value>`, comma-separated), so
+# a reviewer can find each generated object's origin in the rule files.
+SOURCE_ANNOTATION = f"{GROUP_SUFFIX}/from"
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +189,17 @@ def pod_variables(rules: CompiledRuleSet) -> list[dict[str, str]]:
     )
     whole, spec_exempt = _exempt(rules)
     with_labels = rules.source.exemptions.pod_selector is not None
+    # Conditions that are constant for this rule set are left out, not written as `false`.
+    kept = [] if spec_exempt == "false" else [f"!({spec_exempt})"]
+    kept.append(
+        "(size(variables.specs) == 1"
+        " || !variables.specs[1].exists(o, o.ptr == s.ptr && o.spec == s.spec))"
+    )
+    judged = "variables.specs[0].filter(s, " + " && ".join(kept) + ")"
+    if whole == "true":
+        judged = "[]"
+    elif whole != "false":
+        judged = f"{whole} ? [] : {judged}"
     return [
         {
             # The pod specs of the object and, on UPDATE, of the old object: one list each.
@@ -200,11 +215,7 @@ def pod_variables(rules: CompiledRuleSet) -> list[dict[str, str]]:
             # On UPDATE only the pod specs that changed: an old object that breaks a rule can
             # still be scaled or relabelled. Exempt pods and namespaces: none.
             "name": "judged",
-            "expression": (
-                f"{whole} ? [] : variables.specs[0].filter(s, !({spec_exempt})"
-                " && (size(variables.specs) == 1"
-                " || !variables.specs[1].exists(o, o.ptr == s.ptr && o.spec == s.spec)))"
-            ),
+            "expression": judged,
         },
         {
             "name": "pods",

@@ -16,6 +16,7 @@ from webhook.export.scope import (
     GROUP_SUFFIX,
     LABELS,
     RULES_ANNOTATION,
+    SOURCE_ANNOTATION,
     LeftOut,
     exempt_conditions,
     match_constraints,
@@ -43,7 +44,13 @@ def _findings(group: list[ExportedRule], compiled: CompiledRules) -> dict[str, s
     }
 
 
-def _policy(name: str, group: list[ExportedRule], rules: CompiledRuleSet) -> dict[str, Any]:
+def _source(group: list[ExportedRule], mode: Mode) -> str:
+    return ", ".join(f"rules.{r.rule}.mode={mode}" for r in group)
+
+
+def _policy(
+    name: str, group: list[ExportedRule], rules: CompiledRuleSet, mode: Mode
+) -> dict[str, Any]:
     spec: dict[str, Any] = {
         # An object whose fields have types no Kubernetes object has there makes the CEL
         # fail; the webhook refuses it as unreadable, so the policy refuses it too.
@@ -70,7 +77,10 @@ def _policy(name: str, group: list[ExportedRule], rules: CompiledRuleSet) -> dic
         "metadata": {
             "name": name,
             "labels": dict(LABELS),
-            "annotations": {RULES_ANNOTATION: ",".join(r.rule for r in group)},
+            "annotations": {
+                RULES_ANNOTATION: ",".join(r.rule for r in group),
+                SOURCE_ANNOTATION: _source(group, mode),
+            },
         },
         "spec": spec,
     }
@@ -96,12 +106,16 @@ def validating(
         if not group:
             continue
         name = f"{action.lower()}.{GROUP_SUFFIX}"
-        objects.append(_policy(name, group, rules))
+        objects.append(_policy(name, group, rules, mode))
         objects.append(
             {
                 "apiVersion": API_VERSION,
                 "kind": "ValidatingAdmissionPolicyBinding",
-                "metadata": {"name": name, "labels": dict(LABELS)},
+                "metadata": {
+                    "name": name,
+                    "labels": dict(LABELS),
+                    "annotations": {SOURCE_ANNOTATION: _source(group, mode)},
+                },
                 "spec": {
                     "policyName": name,
                     "validationActions": [action],

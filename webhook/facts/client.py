@@ -1,7 +1,7 @@
 """The `kubernetes` client call that lists and watches each kind the cache keeps.
 
 Apart from `watched.py`, whose kind table the pure relist code reads: only the list+watch
-drivers import the client.
+drivers (the live cache, `snapshot`) import the client.
 """
 
 from __future__ import annotations
@@ -14,18 +14,30 @@ from webhook.facts.watched import Kind
 
 __all__ = ["list_call"]
 
+_ALL = "_for_all_namespaces"
 
-def list_call(api_client: Any, kind: Kind) -> Callable[..., Any]:
-    """The client call that lists (and, with `watch=True`, watches) `kind`."""
+
+def list_call(api_client: Any, kind: Kind, *, namespace: str | None = None) -> Callable[..., Any]:
+    """The client call that lists (and, with `watch=True`, watches) `kind`: in every
+    namespace, or only in `namespace` (for a namespaced kind)."""
     from kubernetes import client
 
     if kind.api == "custom":
         custom = client.CustomObjectsApi(api_client)
+        if namespace is not None:
+            return functools.partial(
+                custom.list_namespaced_custom_object, kind.group, kind.version, namespace, kind.name
+            )
         return functools.partial(getattr(custom, kind.method), kind.group, kind.version, kind.name)
     api = {
         "core": client.CoreV1Api,
         "scheduling": client.SchedulingV1Api,
         "admissionregistration": client.AdmissionregistrationV1Api,
     }[kind.api]
+    if namespace is not None:
+        if not kind.method.endswith(_ALL):
+            raise ValueError(f"{kind.name} is not a namespaced kind")
+        resource = kind.method.removesuffix(_ALL).removeprefix("list_")
+        return functools.partial(getattr(api(api_client), f"list_namespaced_{resource}"), namespace)
     fn: Callable[..., Any] = getattr(api(api_client), kind.method)
     return fn

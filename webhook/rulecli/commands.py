@@ -126,7 +126,7 @@ def check(
         kinds = ", ".join(f"{w.kind}.{w.group or 'core'}" for w in rs.workloads)
         print(
             f"note: {folder}: declares workloads {kinds}; regenerate the webhook configurations "
-            f"(gpu-admission rules webhooks {folder}) so the apiserver sends them",
+            f"(gpu-admission rules webhooks --rules {folder}) so the apiserver sends them",
             file=out,
         )
     plans = budget_plans(rs)

@@ -1,6 +1,6 @@
 """The webhook configurations, generated from a rule set: what the apiserver sends us.
 
-`gpu-admission rules webhooks manifests/base/rules` prints both configurations. Their rules
+`gpu-admission rules webhooks --rules manifests/base/rules` prints both configurations. Their rules
 come from the workload table (shipped kinds plus the rule set's `workloads:`), their
 namespaceSelector from the exempt namespaces, and their `gpu-workload` matchCondition (CEL)
 from the same table and from the names the rules use: GPU resources, GPU taint keys, GPU
@@ -341,7 +341,7 @@ def _rules_yaml(table: WorkloadTable) -> str:
 
 HEADER = """\
 # How the apiserver calls gpu-admission. Generated from the rule set by
-#   gpu-admission rules webhooks manifests/base/rules > manifests/base/webhooks.yaml
+#   gpu-admission rules webhooks --rules manifests/base/rules > manifests/base/webhooks.yaml
 # so edit the rule files (workloads, gpuResources, exemptions...) and generate again; do not
 # edit this file by hand (tests/test_manifests.py fails when it differs from the output).
 # Both configurations route the same objects, with the same namespaceSelector and

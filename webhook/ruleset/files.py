@@ -90,11 +90,13 @@ class LoadedRules:
 
 
 def rule_files(folder: Path) -> list[Path]:
-    """The YAML files of a rule folder, in load order.
+    """The YAML files of a rule folder, in load order (a single rule file: itself).
 
     ConfigMap mounts hold dot-prefixed timestamped folders beside the visible symlinks; only
     the visible names count. Sub-folders (such as `tests/`) are not rule files.
     """
+    if folder.is_file():  # `--rules FILE`: that one file is the rule set's only layer
+        return [folder]
     return sorted(
         p
         for p in folder.iterdir()
@@ -408,11 +410,19 @@ def load_rules_with_sources(folder: Path | str | None) -> LoadedRules:
     if folder is None:
         return LoadedRules(RuleSet(), {})  # the built-in defaults
     folder = Path(folder)
-    if not folder.is_dir():
+    if not folder.is_dir() and not folder.is_file():
         raise RuleFileError(
             [
-                f"{folder}: not a folder of rule files. Fix: give the folder that holds them "
-                "(rules/ in a checkout, the ConfigMap's mount in a pod)"
+                f"{folder}: no such folder or file. Fix: give the folder that holds the rule "
+                "files (rules/ in a checkout, the ConfigMap's mount in a pod), or one rule file"
+            ]
+        )
+    if not rule_files(folder):
+        raise RuleFileError(
+            [
+                f"{folder}: an empty folder (no .yaml or .yml file in it). Fix: give the "
+                "folder that holds the rule files, or leave --rules out for the built-in "
+                "defaults"
             ]
         )
     merged: dict[str, Any] = {}

@@ -41,7 +41,11 @@ def _port(text: str) -> int:
 def add_serve_parser(sub: Any, rules_help: str, run: Callable[[argparse.Namespace], int]) -> None:
     """The `serve` subcommand on `sub` (the parent parser's subparsers), handled by `run`."""
     srv = sub.add_parser("serve", help="serve /mutate and /validate over HTTPS")
-    srv.add_argument("--host", default="127.0.0.1")
+    srv.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default: 127.0.0.1; 0.0.0.0 in a pod)",
+    )
     srv.add_argument("--port", type=_port, default=8443, help="HTTPS port of /mutate and /validate")
     srv.add_argument(
         "--probe-port",
@@ -50,9 +54,13 @@ def add_serve_parser(sub: Any, rules_help: str, run: Callable[[argparse.Namespac
         help="plain-HTTP port of /healthz, /readyz and /metrics (default: 8081); 0 serves them "
         "on the HTTPS port instead",
     )
-    srv.add_argument("--cert", default="certs/tls.crt")
-    srv.add_argument("--key", default="certs/tls.key")
-    srv.add_argument("--rules", help=rules_help)
+    srv.add_argument(
+        "--cert", default="certs/tls.crt", help="serving certificate, PEM (default: certs/tls.crt)"
+    )
+    srv.add_argument(
+        "--key", default="certs/tls.key", help="its private key, PEM (default: certs/tls.key)"
+    )
+    srv.add_argument("--rules", metavar="PATH", help=rules_help)
     srv.add_argument(
         "--rules-check-seconds",
         type=float,
@@ -88,7 +96,12 @@ def add_serve_parser(sub: Any, rules_help: str, run: Callable[[argparse.Namespac
     srv.add_argument(
         "--no-cluster", action="store_true", help="no cluster facts, even inside a pod"
     )
-    srv.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    srv.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="the least severe log lines written (default: info)",
+    )
     lim = srv.add_argument_group("limits per client (docs/threat-model.md)")
     lim.add_argument(
         "--max-connections",

@@ -64,10 +64,10 @@ class RuleHolder:
         nothing a request reads, only the fingerprint that only the watcher reads."""
         if self.source is None:  # the built-in defaults: compiled once, never changed
             return None if self.current is not None else compile_rules(RuleSet())
-        if not self.source.is_dir():
+        if not self.source.exists():
             # A ConfigMap mount may appear later: say so on every check, and stay unready.
             kept = "the previous rule set keeps serving" if self.current else "not ready"
-            log.error("rules folder %s does not exist or is not a folder (%s)", self.source, kept)
+            log.error("rules folder %s does not exist (%s)", self.source, kept)
             self.digest = ""
             return None
         digest = fingerprint(self.source)
