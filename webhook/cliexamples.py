@@ -23,8 +23,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "certs inject": (
         "gpu-admission certs inject",
-        "gpu-admission certs inject --ca certs/ca.crt --file manifests/overlays/self-signed/"
-        "webhooks-cabundle.yaml",
+        "gpu-admission certs inject --ca certs/ca.crt --file dist/install.yaml",
     ),
     "serve": (
         "gpu-admission serve --rules rules --cluster-snapshot examples/cluster-snapshot.yaml",
