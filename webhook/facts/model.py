@@ -19,6 +19,7 @@ from webhook.namepatterns import NamePatterns
 from webhook.quantity import Amount
 
 __all__ = [
+    "DEVICE_ENV",
     "GPU_PRODUCT_LABEL",
     "TERMINATED",
     "VISIBLE_DEVICES",
@@ -421,6 +422,15 @@ class FactsSource(Protocol):
 
 
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+# Variables that name a container's GPUs: the NVIDIA toolkit's (which hands them over), and the
+# CUDA, HIP and ROCm runtimes' (which pick among those the container already sees). A pod that
+# sets one expects GPUs: the webhook is sent it, so a GPU node it reaches untolerated shows.
+DEVICE_ENV: tuple[str, ...] = (
+    VISIBLE_DEVICES,
+    "CUDA_VISIBLE_DEVICES",
+    "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+)
 
 
 def could_become_visible_devices(key: str) -> bool:

@@ -26,11 +26,12 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from webhook.engine.checks.schedulable import why_not_whole_node
+from webhook.engine.checks.trust import unknown_facts
 from webhook.engine.context import Context
 from webhook.engine.findings import Finding
 from webhook.engine.hostreach import normalise
 from webhook.engine.podviews import ContainerView, PodView
-from webhook.engine.reach import can_reach_gpu_nodes
+from webhook.engine.reach import can_reach_gpu_nodes, reach_unknown
 from webhook.engine.sharing import scheduler_config_map_ref
 from webhook.facts.model import VISIBLE_DEVICES
 
@@ -371,7 +372,17 @@ def hide_devices(spec: dict[str, Any], pod: PodView, ctx: Context) -> bool:
 def privileged_gpu(pod: PodView, ctx: Context) -> Iterator[Finding]:
     """Privileged containers see every device node; only pods that can reach GPU nodes count."""
     judged = [c for c in _judged(pod) if (c.raw.get("securityContext") or {}).get("privileged")]
-    if not judged or not can_reach_gpu_nodes(pod, ctx):
+    if not judged:
+        return
+    if not can_reach_gpu_nodes(pod, ctx):
+        # Stale facts may miss a GPU node with no GPU taint, which this pod would reach.
+        why = reach_unknown(ctx)
+        if why:
+            for c in judged:
+                if c.raw["securityContext"]["privileged"] is True:
+                    field = f"{c.field_path}.securityContext.privileged"
+                    when = ctx.settings.privileged_gpu.when_unknown
+                    yield unknown_facts("privileged-gpu", when, f"{c.label()}: {why}", field)
         return
     # A pod that fills every node it can run on (all 8 GPUs of an 8-GPU node, as
     # GPUDirect-TCPX pods with a privileged networking sidecar do) shares its node's GPUs with
