@@ -287,7 +287,8 @@ def _written_before(
     return Finding(
         rule="visible-devices",
         summary=(
-            f"visible-devices: {c.label()} takes {VISIBLE_DEVICES} from ConfigMap {name!r}, "
+            f"visible-devices: {c.label()} takes {VISIBLE_DEVICES} ({field}) from ConfigMap "
+            f"{name!r}, "
             "which already exists with a device key as the pod is created; expected the "
             "sharing scheduler's binder to create it, for this pod, at bind time"
         ),
