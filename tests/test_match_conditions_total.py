@@ -20,7 +20,7 @@ import pytest
 from cel_expr_python import cel as cel_cpp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from manifests_support import ROOT, resource_of, webhook_entries
+from manifests_support import ROOT, pod_webhook_entries, resource_of
 
 from webhook.engine import compile_rules, evaluate, subject_for
 from webhook.engine.workloads import DEFAULT_TABLE, Workload
@@ -33,9 +33,10 @@ _VARIABLES = ("object", "oldObject", "request")
 
 @functools.cache
 def _conditions() -> tuple[tuple[str, str], ...]:
-    """(name, expression) of every matchCondition of both webhooks, each text once."""
+    """(name, expression) of every matchCondition of both pod webhooks, each text once (the
+    ConfigMap webhook's: test_sharing_config_maps.py)."""
     seen: dict[str, str] = {}
-    for _, hook in webhook_entries():
+    for _, hook in pod_webhook_entries():
         for condition in hook["matchConditions"]:
             seen.setdefault(condition["expression"], condition["name"])
     return tuple((name, text) for text, name in seen.items())

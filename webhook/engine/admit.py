@@ -142,6 +142,8 @@ def skip_reason(
         return f"subresource {subresource}"
     if operation not in ("CREATE", "UPDATE"):
         return f"operation {operation}"
+    if (group, kind) == ("", "ConfigMap"):
+        return ""  # a sharing scheduler's device list (engine.sharedmaps)
     if not rules.workloads.holds_pods(group, kind):
         return f"{kind or '(no kind)'} holds no pod spec"
     return ""

@@ -27,6 +27,7 @@ __all__ = ["Gated", "Group", "gated", "markers", "might_apply"]
 _ALWAYS = (
     # NVIDIA_VISIBLE_DEVICES and the CUDA, HIP and ROCm runtimes' device lists (DEVICE_ENV).
     b"_VISIBLE_DEVICES",
+    b"RUNAI-VISIBLE-DEVICES",  # KAI's device key before v0.7.4 (a ConfigMap's, engine.sharedmaps)
     b"hostPath",
     # Privileged mode sees every device of a node (`"privileged":false` only costs the full path).
     b'"privileged"',

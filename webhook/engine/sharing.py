@@ -38,6 +38,7 @@ class SharingSchedulers:
         self.container_annotation = settings.container_annotation
         self.resource = settings.resource
         self.config_map_annotation = settings.config_map_annotation
+        self.writers = frozenset(settings.config_map_writers)
 
     def target(self, pod: PodView) -> ContainerView | None:
         """The container a sharing scheduler gives part of a GPU to, or None."""

@@ -21,11 +21,12 @@ from webhook.engine.compiled import CompiledRuleSet
 from webhook.engine.injection import PREFIXES as INJECTION_PREFIXES
 from webhook.engine.workloads import Workload, WorkloadTable
 from webhook.namepatterns import is_pattern
-from webhook.facts.model import DEVICE_ENV
+from webhook.engine.sharedmaps import NAME_FORM
+from webhook.facts.model import DEVICE_ENV, SHARING_KEYS
 from webhook.ruleset.models import RuleSet
 from webhook.ruleset.workloads import LIST_ITEMS, MAP_VALUES
 
-__all__ = ["gpu_workload_condition", "render_webhooks"]
+__all__ = ["gpu_workload_condition", "render_webhooks", "sharing_config_map_condition"]
 
 NAMESPACE = "gpu-admission"
 # Never sent, whatever the rule set says: the control plane must not wait on a webhook, and
@@ -361,6 +362,10 @@ HEADER = """\
 # - sideEffects None: the webhook changes nothing outside the AdmissionReview (dryRun is safe).
 # - matchPolicy Equivalent: a request through another version of a listed resource (e.g. an
 #   older ray.io or kubeflow.org version) is converted and still sent.
+# - configmaps.gpu-admission.io (validating only): a CREATE or UPDATE of a ConfigMap holding a
+#   GPU-sharing scheduler's device key (NVIDIA_VISIBLE_DEVICES, RUNAI-VISIBLE-DEVICES) that a
+#   pod owns or that is named as the scheduler names them, by anyone but the scheduler's binder
+#   (gpuSharing.configMapWriters): the webhook refuses such a write when it sets a device list.
 """
 
 
@@ -452,7 +457,79 @@ def _routing(rules: CompiledRuleSet) -> str:
 """
 
 
+def _owned_or_named(o: str) -> str:
+    """CEL: `o` (object or oldObject) is a ConfigMap a pod owns, or named as a sharing
+    scheduler names them."""
+    meta = f"{o}.metadata"
+    return (
+        f"(type({o}) == map && {_has(o, 'metadata', 'map')}\n"
+        f"  && ({_items(meta, 'ownerReferences')}.exists(r, type(r) == map\n"
+        f"      && {_has('r', 'kind', 'string')} && r.kind == 'Pod'\n"
+        f"      && {_has('r', 'apiVersion', 'string')} && r.apiVersion == 'v1')\n"
+        f"    || ({_has(meta, 'name', 'string')} && {meta}.name.matches({q(NAME_FORM)}))))"
+    )
+
+
+def sharing_config_map_condition() -> str:
+    """The CEL of the `sharing-config-map` matchCondition: a ConfigMap write that holds a
+    sharing scheduler's device key, in a ConfigMap that is (or was) a pod's or so named."""
+    keys = qlist(SHARING_KEYS)
+    return f"""// A device key a sharing scheduler's binder writes (engine.sharedmaps)...
+type(object) == map && {_has("object", "data", "map")}
+&& {keys}.exists(k, k in object.data)
+// ...in a ConfigMap a pod owns or named `<prefix>-shared-gpu-<n>` (now or before)
+&& ({_owned_or_named("object")}
+  || {_owned_or_named("oldObject")})"""
+
+
+def _config_map_entry(rules: CompiledRuleSet) -> str:
+    """The validating webhook on ConfigMap writes: only the sharing scheduler's binder may put
+    a device list in a pod's ConfigMap."""
+    namespaces = "".join(f"\n            - {n}" for n in _skipped_namespaces(rules.source))
+    writers = qlist(rules.source.gpu_sharing.config_map_writers)
+    condition = "\n".join(
+        ("          " + line).rstrip() for line in sharing_config_map_condition().splitlines()
+    )
+    return f"""\
+  # A shared container's NVIDIA_VISIBLE_DEVICES comes from a ConfigMap the GPU-sharing
+  # scheduler's binder fills at bind time and the kubelet reads at every container start: a
+  # device key written there by anyone else (`all`) would reach every GPU of the node. The
+  # binder's own writes are never sent (gpuSharing.configMapWriters), so an outage never holds
+  # up binding; any other write of a device key into such a ConfigMap is, and is refused.
+  - name: configmaps.gpu-admission.io
+    admissionReviewVersions: [v1]
+    sideEffects: None
+    timeoutSeconds: 5
+    failurePolicy: Fail
+    matchPolicy: Equivalent
+    clientConfig:
+      service:
+        namespace: gpu-admission
+        name: gpu-admission
+        path: /validate
+        port: 443
+    namespaceSelector:
+      matchExpressions:
+        - key: kubernetes.io/metadata.name
+          operator: NotIn
+          values:{namespaces}
+    rules:
+      - operations: [CREATE, UPDATE]
+        apiGroups: [""]
+        apiVersions: [v1]
+        resources: [configmaps]
+        scope: Namespaced
+    matchConditions:
+      - name: not-the-sharing-scheduler
+        expression: >-
+          !(request.userInfo.username in {writers})
+      - name: sharing-config-map
+        expression: |
+{condition}
+"""
+
+
 def render_webhooks(rules: CompiledRuleSet) -> str:
     """Both webhook configurations as one YAML stream, comments included."""
     routing = _routing(rules)
-    return f"{HEADER}{_MUTATING}{routing}---\n{_VALIDATING}{routing}"
+    return f"{HEADER}{_MUTATING}{routing}---\n{_VALIDATING}{routing}{_config_map_entry(rules)}"
