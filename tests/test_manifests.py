@@ -26,9 +26,8 @@ from manifests_support import (
     RULES,
     SERVICE_DNS,
     one,
-    render,
-    config_map_hook,
     pod_webhook_entries,
+    render,
     webhook_entries,
 )
 

@@ -1,5 +1,6 @@
 """Routing through the apiserver's own CEL: plain pods never reach the webhook, a privileged
-pod asking for no GPU does (and is refused once a GPU node without a GPU taint exists), and
+pod asking for no GPU does (and is refused once a GPU node without a GPU taint exists), only
+the sharing scheduler's binder writes a device list into a pod's ConfigMap, and
 objects of every registered kind with nulls, odd types and missing values at their pod-spec
 paths never make a matchCondition fail (each create is answered for schema reasons or by the
 webhook, none with a CEL error, and the apiserver counts no match-condition evaluation
@@ -133,6 +134,62 @@ def test_a_privileged_daemonset_asking_no_gpu_is_refused_on_untainted_gpu_nodes(
     error = eventually(refused, what=f"{untainted_gpu_node} in the webhook's facts")
     assert "admission webhook" in error and "privileged-gpu" in error, error
     assert "spec.template.spec.containers[0].securityContext.privileged" in error, error
+
+
+def config_map(name: str, data: dict[str, str]) -> str:
+    return json.dumps(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}
+    )
+
+
+def test_only_the_sharing_scheduler_s_binder_writes_a_device_list_into_a_pod_s_config_map(
+    installed: Installed, namespace: str
+) -> None:
+    plane = installed.plane
+    counted = "gpu_admission_requests_total"
+    # An application's ConfigMap with the variable: not a sharing scheduler's, never sent.
+    before = installed.metric(counted)
+    plane.kubectl(
+        "create",
+        "-n",
+        namespace,
+        "-f",
+        "-",
+        stdin=config_map("train-env", {"NVIDIA_VISIBLE_DEVICES": "void"}),
+    )
+    assert installed.metric(counted) == before
+    # The name KAI gives a pod's ConfigMap, written by a tenant: sent and refused.
+    shared = config_map("notebook-x7k2p9q-shared-gpu-0", {"NVIDIA_VISIBLE_DEVICES": "all"})
+    done = plane.kubectl("create", "-n", namespace, "-f", "-", stdin=shared, check=False)
+    error = kubectl_error(done)
+    assert done.returncode != 0 and "configmaps.gpu-admission.io" in error, error
+    assert "NVIDIA_VISIBLE_DEVICES='all'" in error and "configMapWriters" in error, error
+    # KAI's binder (its chart's ServiceAccount) may: not even sent.
+    before = installed.metric(counted)
+    plane.kubectl(
+        "create",
+        "-n",
+        namespace,
+        "-f",
+        "-",
+        "--as=system:serviceaccount:kai-scheduler:binder",
+        "--as-group=system:masters",
+        stdin=shared,
+    )
+    assert installed.metric(counted) == before
+    # Once it is there, the tenant's rewrite of the device list is refused too.
+    done = plane.kubectl(
+        "patch",
+        "configmap",
+        "notebook-x7k2p9q-shared-gpu-0",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        json.dumps({"data": {"NVIDIA_VISIBLE_DEVICES": "0,1,2,3"}}),
+        check=False,
+    )
+    assert done.returncode != 0 and "configmaps.gpu-admission.io" in kubectl_error(done)
 
 
 def crds() -> list[dict[str, Any]]:

@@ -21,8 +21,8 @@ from webhook.quantity import Amount
 __all__ = [
     "DEVICE_ENV",
     "GPU_PRODUCT_LABEL",
-    "TERMINATED",
     "SHARING_KEYS",
+    "TERMINATED",
     "VISIBLE_DEVICES",
     "Facts",
     "FactsSource",

@@ -19,10 +19,10 @@ from typing import TypeVar
 from webhook.celtext import name_test, q, qlist
 from webhook.engine.compiled import CompiledRuleSet
 from webhook.engine.injection import PREFIXES as INJECTION_PREFIXES
-from webhook.engine.workloads import Workload, WorkloadTable
-from webhook.namepatterns import is_pattern
 from webhook.engine.sharedmaps import NAME_FORM
+from webhook.engine.workloads import Workload, WorkloadTable
 from webhook.facts.model import DEVICE_ENV, SHARING_KEYS
+from webhook.namepatterns import is_pattern
 from webhook.ruleset.models import RuleSet
 from webhook.ruleset.workloads import LIST_ITEMS, MAP_VALUES
 

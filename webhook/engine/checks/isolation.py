@@ -280,9 +280,7 @@ def visible_devices(pod: PodView, ctx: Context) -> Iterator[Finding]:
             )
 
 
-def _written_before(
-    pod: PodView, ctx: Context, c: ContainerView, name: str, field: str
-) -> Finding:
+def _written_before(pod: PodView, ctx: Context, c: ContainerView, name: str, field: str) -> Finding:
     """The scheduler's ConfigMap exists before the pod: not the scheduler's writing."""
     return Finding(
         rule="visible-devices",
