@@ -25,6 +25,7 @@ from manifests_support import (
     ROUTED,
     RULES,
     SERVICE_DNS,
+    config_map_hook,
     one,
     pod_webhook_entries,
     render,
@@ -412,6 +413,22 @@ def test_mutations_are_skipped_and_validations_refused_when_the_webhook_is_down(
         "MutatingWebhookConfiguration": ("Ignore", "IfNeeded"),
         "ValidatingWebhookConfiguration": ("Fail", None),
     }
+
+
+def test_the_config_map_webhook_is_validating_only_and_fails_closed() -> None:
+    """A sharing scheduler's device list is an isolation boundary: refused when the webhook is
+    down, for every writer but the scheduler's binder, which is never sent."""
+    kinds = {k for k, h in webhook_entries() if h["name"] == "configmaps.gpu-admission.io"}
+    assert kinds == {"ValidatingWebhookConfiguration"}
+    hook = config_map_hook()
+    assert _routes(hook) == {("", "v1", "configmaps"): {"CREATE", "UPDATE"}}
+    assert (
+        hook["failurePolicy"] == "Fail" and hook["clientConfig"]["service"]["path"] == "/validate"
+    )
+    (_, validating) = next(e for e in pod_webhook_entries() if e[0].startswith("Validating"))
+    assert hook["namespaceSelector"] == validating["namespaceSelector"]
+    writers = RULES.gpu_sharing.config_map_writers
+    assert writers and all(w in hook["matchConditions"][0]["expression"] for w in writers)
 
 
 def test_both_webhooks_select_the_same_objects() -> None:
