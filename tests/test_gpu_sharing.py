@@ -13,6 +13,8 @@ from webhook.engine.compiled import compile_rules
 from webhook.engine.pipeline import Stage, evaluate
 from webhook.engine.subject import subject_for
 from webhook.facts.model import Facts, NodeIndex, Usage
+from webhook.facts.objects import config_map_keys
+from webhook.facts.static import StaticSnapshot
 from webhook.ruleset.files import load_rules
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -167,3 +169,23 @@ def test_no_such_config_map_or_unknown_ones_admit_the_pod() -> None:
         {"someone-else-shared-gpu-0": {"NVIDIA_VISIBLE_DEVICES": "all"}}
     )
     assert "visible-devices" not in _with(None)  # not listed: the ConfigMap webhook guards writes
+
+
+def test_the_cluster_facts_keep_the_older_device_key_and_nothing_else_of_the_map() -> None:
+    """Live cache and snapshot alike: RUNAI-VISIBLE-DEVICES is kept (a ConfigMap holding only
+    it is one a pre-v0.7.4 pod names), the scheduler's other keys are not."""
+    data = {"RUNAI-VISIBLE-DEVICES": "GPU-1", "RUNAI_NUM_OF_GPUS": "0.5", "GPU_PORTION": "0.5"}
+    assert config_map_keys({"data": data}) == {"RUNAI-VISIBLE-DEVICES": "GPU-1"}
+    name = _ref(POD)["name"]
+    snapshot = StaticSnapshot(
+        namespaces={},
+        nodes=(),
+        quotas=(),
+        priority_classes=(),
+        pods=(),
+        config_maps=[("ml-team", name, data)],
+    )
+    facts = snapshot.facts_for("ml-team")
+    assert facts.config_maps == {name: {"RUNAI-VISIBLE-DEVICES": "GPU-1"}}
+    decision = evaluate(subject_for(copy.deepcopy(POD), namespace="ml-team"), RULES, facts)
+    assert "visible-devices" in {f.rule for f in decision.denials}
