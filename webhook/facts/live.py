@@ -9,9 +9,10 @@ per-namespace usage is updated incrementally, so reads are dict lookups at any c
 
 ConfigMaps are watched for one thing: the keys `envFrom` could turn into
 NVIDIA_VISIBLE_DEVICES, and a GPU-sharing scheduler's device keys. Only those keys are kept,
-and only for the ConfigMaps that have one, so thousands of ConfigMaps cost next to nothing. Secrets are not watched: a cluster-wide
-list/watch grant on Secrets is one most security teams refuse, so `Facts.secrets` stays None
-(unknown) and the isolation rules judge an `envFrom` of a Secret as possibly `all`.
+and only for the ConfigMaps that have one, so thousands of ConfigMaps cost next to nothing.
+Secrets are not watched: a cluster-wide list/watch grant on Secrets is one most security teams
+refuse, so `Facts.secrets` stays None (unknown) and the isolation rules judge an `envFrom` of a
+Secret as possibly `all`.
 
 The autoscalers' objects (Karpenter NodePools, Cluster API MachineSets and MachineDeployments)
 are watched the same way when their CRDs are installed, and kept only as the GPU node shapes
