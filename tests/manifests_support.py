@@ -97,6 +97,21 @@ def webhook_entries(name: str = "base") -> list[tuple[str, dict[str, Any]]]:
     ]
 
 
+# The validating webhook on ConfigMap writes (a sharing scheduler's device lists); the others
+# route pod specs.
+CONFIG_MAP_HOOK = "configmaps.gpu-admission.io"
+
+
+def pod_webhook_entries(name: str = "base") -> list[tuple[str, dict[str, Any]]]:
+    """`webhook_entries` of the two webhooks that route pod specs."""
+    return [(k, h) for k, h in webhook_entries(name) if h["name"] != CONFIG_MAP_HOOK]
+
+
+def config_map_hook(name: str = "base") -> dict[str, Any]:
+    (hook,) = [h for _, h in webhook_entries(name) if h["name"] == CONFIG_MAP_HOOK]
+    return hook
+
+
 # --- what the webhooks are registered for ------------------------------------------------------
 
 # What the webhook handles: (group, version, resource) -> operations. Pods on CREATE only: the

@@ -32,7 +32,7 @@ def test_inject_ca_bundle_sets_the_bundle_on_every_webhook_and_nothing_else(ca_p
     hooks = [
         h for d in injected if d["kind"].endswith("WebhookConfiguration") for h in d["webhooks"]
     ]
-    assert len(hooks) == 2
+    assert len(hooks) == 3
     for hook in hooks:
         assert base64.b64decode(hook["clientConfig"]["caBundle"]) == ca_pem
         assert hook["clientConfig"]["service"]["name"] == "gpu-admission"
@@ -55,7 +55,7 @@ def test_inject_ca_bundle_file_fills_in_the_self_signed_patch_and_keeps_its_head
     target = tmp_path / source.name
     target.write_text(source.read_text())
 
-    assert inject_ca_bundle_file(target, ca_pem) == 2
+    assert inject_ca_bundle_file(target, ca_pem) == 3
 
     text = target.read_text()
     assert text.startswith(source.read_text().split("\n---", 1)[0])  # the how-to comment

@@ -25,7 +25,9 @@ from manifests_support import (
     ROUTED,
     RULES,
     SERVICE_DNS,
+    config_map_hook,
     one,
+    pod_webhook_entries,
     render,
     webhook_entries,
 )
@@ -130,7 +132,7 @@ def test_cainjector_is_told_to_fill_in_both_webhook_configurations() -> None:
 @needs_kubectl
 def test_the_self_signed_overlay_gives_every_webhook_a_ca_bundle_to_fill_in() -> None:
     entries = webhook_entries("self-signed")
-    assert len(entries) == len(webhook_entries("base")) == 2
+    assert len(entries) == len(webhook_entries("base")) == 3
     for _, hook in entries:
         assert "caBundle" in hook["clientConfig"], hook["name"]
         assert hook["clientConfig"]["service"]["name"] == "gpu-admission"
@@ -354,7 +356,7 @@ def _routes(hook: dict[str, Any]) -> dict[tuple[str, str, str], set[str]]:
 
 
 def _webhook_params() -> list[Any]:
-    return [pytest.param(kind, hook, id=hook["name"]) for kind, hook in webhook_entries()]
+    return [pytest.param(kind, hook, id=hook["name"]) for kind, hook in pod_webhook_entries()]
 
 
 @pytest.mark.parametrize(("kind", "hook"), _webhook_params())
@@ -405,7 +407,7 @@ def test_each_webhook_speaks_v1_has_no_side_effects_and_times_out_in_5s(
 def test_mutations_are_skipped_and_validations_refused_when_the_webhook_is_down() -> None:
     policies = {
         kind: (hook["failurePolicy"], hook.get("reinvocationPolicy"))
-        for kind, hook in webhook_entries()
+        for kind, hook in pod_webhook_entries()
     }
     assert policies == {
         "MutatingWebhookConfiguration": ("Ignore", "IfNeeded"),
@@ -413,8 +415,24 @@ def test_mutations_are_skipped_and_validations_refused_when_the_webhook_is_down(
     }
 
 
+def test_the_config_map_webhook_is_validating_only_and_fails_closed() -> None:
+    """A sharing scheduler's device list is an isolation boundary: refused when the webhook is
+    down, for every writer but the scheduler's binder, which is never sent."""
+    kinds = {k for k, h in webhook_entries() if h["name"] == "configmaps.gpu-admission.io"}
+    assert kinds == {"ValidatingWebhookConfiguration"}
+    hook = config_map_hook()
+    assert _routes(hook) == {("", "v1", "configmaps"): {"CREATE", "UPDATE"}}
+    assert (
+        hook["failurePolicy"] == "Fail" and hook["clientConfig"]["service"]["path"] == "/validate"
+    )
+    (_, validating) = next(e for e in pod_webhook_entries() if e[0].startswith("Validating"))
+    assert hook["namespaceSelector"] == validating["namespaceSelector"]
+    writers = RULES.gpu_sharing.config_map_writers
+    assert writers and all(w in hook["matchConditions"][0]["expression"] for w in writers)
+
+
 def test_both_webhooks_select_the_same_objects() -> None:
-    (_, mutating), (_, validating) = sorted(webhook_entries(), key=lambda e: e[0])
+    (_, mutating), (_, validating) = sorted(pod_webhook_entries(), key=lambda e: e[0])
     for field in ("rules", "namespaceSelector", "matchConditions", "matchPolicy"):
         assert mutating[field] == validating[field], field
 

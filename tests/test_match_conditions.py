@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import functools
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import cel
@@ -25,7 +26,16 @@ from webhook.engine import compile_rules, evaluate, subject_for
 from webhook.engine.compiled import CompiledRuleSet
 from webhook.engine.podviews import group_of, pod_views
 from webhook.engine.workloads import DEFAULT_TABLE
+from webhook.facts.snapshotfile import load_snapshot
+from webhook.facts.static import StaticSnapshot
 from webhook.ruleset.models import RuleSet
+
+UNTAINTED = (
+    Path(__file__).parent
+    / "golden"
+    / "access-untainted-gpu-nodes-every-pod-gets-void"
+    / "cluster.yaml"
+)
 
 # --- (b) matchConditions, evaluated with CEL ----------------------------------------------------
 
@@ -134,8 +144,9 @@ POD_SPECS: dict[str, tuple[dict[str, Any], bool]] = {
     "host-dev-with-trailing-slash": (_host("/dev/"), True),
     "host-dev-double-slash": (_host("/dev//nvidia0"), True),
     "host-dev-dot-segment": (_host("/./dev/nvidia0"), True),
-    "host-var-log": (_host("/var/log"), False),
-    "host-dev-shm": (_host("/dev/shm"), False),
+    # Any hostPath: with privileged mode or not, on an untainted GPU node the facts judge it.
+    "host-var-log": (_host("/var/log"), True),
+    "host-dev-shm": (_host("/dev/shm"), True),
     "tolerates-nvidia-taint": (
         _tolerates(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule"),
         True,
@@ -195,9 +206,24 @@ POD_SPECS: dict[str, tuple[dict[str, Any], bool]] = {
         False,
     ),
     "names-its-node": ({"containers": [_container()], "nodeName": "node-1"}, True),
-    "privileged-cannot-reach-gpu-nodes": (
+    # Privileged asking for no GPU: sent, so the facts can show an untainted GPU node it reaches.
+    "privileged-asks-no-gpu": (
         {"containers": [_container(securityContext={"privileged": True})]},
+        True,
+    ),
+    "privileged-false": (
+        {"containers": [_container(securityContext={"privileged": False})]},
         False,
+    ),
+    "privileged-as-a-string": (
+        {"containers": [_container(securityContext={"privileged": "true"})]},
+        False,
+    ),
+    "cuda-visible-devices": (_env(name="CUDA_VISIBLE_DEVICES", value="0"), True),
+    "hip-visible-devices": (_env(name="HIP_VISIBLE_DEVICES", value="0"), True),
+    "rocr-visible-devices": (
+        _env(name="ROCR_VISIBLE_DEVICES", valueFrom={"fieldRef": {"fieldPath": "x"}}),
+        True,
     ),
     "privileged-gpu-init-container": (
         {
@@ -409,6 +435,18 @@ def needs_webhook(obj: dict[str, Any], rules: RuleSet = RULES) -> bool:
     return bool(decision.patch or decision.judged or decision.unreadable)
 
 
+def needs_webhook_untainted(obj: dict[str, Any]) -> bool:
+    """`needs_webhook` with facts that show a GPU node without any taint."""
+    facts = _untainted().facts_for("ml-team")
+    decision = evaluate(subject_for(obj, namespace="ml-team"), _compiled(RULES), facts)
+    return bool(decision.patch or decision.judged or decision.unreadable)
+
+
+@functools.cache
+def _untainted() -> StaticSnapshot:
+    return load_snapshot(UNTAINTED)
+
+
 _COMPILED: dict[int, CompiledRuleSet] = {}
 
 
@@ -435,7 +473,28 @@ def test_the_match_conditions_select_exactly_the_pod_specs_the_webhook_must_see(
     # The example itself is right: the engine finds the pod spec where it is and acts on it
     # (or, for the few the conditions send as a cheap superset, has nothing to say).
     not_needed = SENT_BUT_NOT_NEEDED | (REACH_ONLY if kind in RUNTIMES else frozenset())
+    if spec_name in UNTAINTED_ONLY:
+        # Nothing to say where GPU nodes carry a GPU taint; where one carries none, the pod
+        # lands there with no toleration, and the engine judges or changes it.
+        assert needs_webhook(obj) is False
+        # A runtime others are merged into gets no `void`; its privileged mode is judged.
+        judged = kind not in RUNTIMES or spec_name == "privileged-asks-no-gpu"
+        assert needs_webhook_untainted(obj) is judged
+        return
     assert needs_webhook(obj) is (expected and spec_name not in not_needed)
+
+
+# Sent for clusters whose GPU nodes carry no GPU taint (the facts show them).
+UNTAINTED_ONLY = frozenset(
+    {
+        "host-var-log",
+        "host-dev-shm",
+        "privileged-asks-no-gpu",
+        "cuda-visible-devices",
+        "hip-visible-devices",
+        "rocr-visible-devices",
+    }
+)
 
 
 # Sent because the condition stays cheap, though the engine has nothing to say about them.

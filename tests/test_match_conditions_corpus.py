@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 import yaml
-from manifests_support import CORPUS, routed
+from manifests_support import CORPUS, RULES, routed
 from test_match_conditions import needs_webhook, selects
+
+from webhook.engine.compiled import compile_rules
 
 
 def _without_nulls(value: Any) -> Any:
@@ -75,3 +78,34 @@ def test_the_corpus_has_objects_on_both_sides_of_the_match_conditions() -> None:
     chosen = [selects(doc) for doc in docs]
     assert sum(chosen) >= 20, "too few GPU objects: the corpus test above proves little"
     assert len(chosen) - sum(chosen) >= 5, "too few non-GPU objects to show any are left out"
+
+
+def test_plain_corpus_pods_are_never_sent() -> None:
+    """A pod spec with none of the tell-tales (no GPU name, device variable, privileged mode,
+    hostPath, GPU taint or label, nodeName, DRA claim...: the server's fast-path markers, read
+    off the object's bytes) is not sent, however the new privileged and hostPath routes read."""
+    rules = compile_rules(RULES)
+    plain = [
+        (doc_id, doc)
+        for doc_id, doc in _corpus()
+        if routed(doc) and not rules.might_apply(orjson.dumps(doc))
+    ]
+    if not plain:
+        pytest.skip(f"{CORPUS} is absent")
+    assert len(plain) >= 5, "too few plain objects in the corpus to prove anything"
+    sent = [doc_id for doc_id, doc in plain if selects(doc)]
+    assert sent == []
+
+
+def test_privileged_and_host_path_corpus_pods_are_sent() -> None:
+    """Device plugins, node agents and log shippers of the corpus that ask for no GPU: sent,
+    so an untainted GPU node they reach is judged."""
+    found = [
+        (doc_id, doc)
+        for doc_id, doc in _corpus()
+        if routed(doc)
+        and (b'"privileged":true' in orjson.dumps(doc) or b'"hostPath"' in orjson.dumps(doc))
+    ]
+    if not found:
+        pytest.skip(f"{CORPUS} is absent")
+    assert [doc_id for doc_id, doc in found if not selects(doc)] == []

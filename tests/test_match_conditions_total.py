@@ -20,7 +20,7 @@ import pytest
 from cel_expr_python import cel as cel_cpp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from manifests_support import ROOT, resource_of, webhook_entries
+from manifests_support import ROOT, pod_webhook_entries, resource_of
 
 from webhook.engine import compile_rules, evaluate, subject_for
 from webhook.engine.workloads import DEFAULT_TABLE, Workload
@@ -33,9 +33,10 @@ _VARIABLES = ("object", "oldObject", "request")
 
 @functools.cache
 def _conditions() -> tuple[tuple[str, str], ...]:
-    """(name, expression) of every matchCondition of both webhooks, each text once."""
+    """(name, expression) of every matchCondition of both pod webhooks, each text once (the
+    ConfigMap webhook's: test_sharing_config_maps.py)."""
     seen: dict[str, str] = {}
-    for _, hook in webhook_entries():
+    for _, hook in pod_webhook_entries():
         for condition in hook["matchConditions"]:
             seen.setdefault(condition["expression"], condition["name"])
     return tuple((name, text) for text, name in seen.items())
@@ -132,7 +133,10 @@ SPEC_PATHS: list[tuple[str | int, ...]] = [
     ("containers", 0, "volumeMounts"),
     ("containers", 0, "volumeMounts", 0),
     ("containers", 0, "volumeMounts", 0, "mountPath"),
+    ("containers", 0, "securityContext"),
+    ("containers", 0, "securityContext", "privileged"),
     ("initContainers",),
+    ("initContainers", 0, "securityContext", "privileged"),
     ("initContainers", 0),
     ("ephemeralContainers",),
     ("volumes",),
@@ -191,7 +195,9 @@ _INJECTION = st.sampled_from(
     ["devices.gke.io/container.main", "devices.nri.io", "cdi.nri.io/pod", "mounts.x", "devices"]
 )
 _KEYS = _KEY | _INJECTION
-_LEAF = st.sampled_from(["- path: /dev/nvidia0\n", "- nvidia.com/gpu=all", "- source: /sys"])
+_LEAF = st.sampled_from(
+    ["- path: /dev/nvidia0\n", "- nvidia.com/gpu=all", "- source: /sys", "HIP_VISIBLE_DEVICES"]
+)
 JSON = st.recursive(
     st.none()
     | st.booleans()
@@ -298,6 +304,9 @@ NAMED_PATHS = {
     "nodeSelector": ("nodeSelector",),
     "affinity": ("affinity",),
     "hostPath": ("volumes", 0, "hostPath"),
+    "securityContext": ("containers", 0, "securityContext"),
+    "privileged": ("containers", 0, "securityContext", "privileged"),
+    "env name": ("containers", 0, "env", 0, "name"),
 }
 
 
@@ -335,3 +344,23 @@ def test_a_gpu_pod_spec_is_still_sent_and_a_plain_one_is_not() -> None:
             _object(workload, {"containers": [copy.deepcopy(PLAIN_CONTAINER)]}), None, "CREATE"
         )
         assert not all(plain.values()), workload.kind
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("securityContext", {"privileged": True}),
+        ("env", [{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}]),
+        ("env", [{"name": "ROCR_VISIBLE_DEVICES", "valueFrom": {"fieldRef": {"fieldPath": "x"}}}]),
+    ],
+)
+def test_privileged_and_device_variables_are_sent_in_every_kind(field: str, value: Any) -> None:
+    """What lands untolerated on an untainted GPU node goes to the webhook, whatever the kind;
+    `privileged: false` does not."""
+    for workload in KINDS:
+        container = {**copy.deepcopy(PLAIN_CONTAINER), field: copy.deepcopy(value)}
+        sent = _both(_object(workload, {"containers": [container]}), None, "CREATE")
+        assert all(sent.values()), workload.kind
+        off = {**copy.deepcopy(PLAIN_CONTAINER), "securityContext": {"privileged": False}}
+        kept = _both(_object(workload, {"containers": [off]}), None, "CREATE")
+        assert not all(kept.values()), workload.kind

@@ -42,10 +42,18 @@ def test_the_shipped_webhook_configurations_are_stored_as_written(installed: Ins
         assert not differences, differences
         # what the apiserver checked on create: each matchCondition compiled in its CEL
         for hook in config["webhooks"]:
-            assert [c["name"] for c in hook["matchConditions"]] == [
-                "not-being-deleted",
-                "gpu-workload",
-            ]
+            expected = (
+                ["not-the-sharing-scheduler", "sharing-config-map"]
+                if hook["name"] == "configmaps.gpu-admission.io"
+                else ["not-being-deleted", "gpu-workload"]
+            )
+            assert [c["name"] for c in hook["matchConditions"]] == expected
+    names = [h["name"] for c in installed.webhook_configs for h in c["webhooks"]]
+    assert sorted(names) == [
+        "configmaps.gpu-admission.io",
+        "mutate.gpu-admission.io",
+        "validate.gpu-admission.io",
+    ]
 
 
 def exported(tmp_path: Path, minor: str) -> list[dict[str, Any]]:

@@ -1,7 +1,10 @@
-"""Routing through the apiserver's own CEL: plain pods never reach the webhook, and objects of
-every registered kind with nulls, odd types and missing values at their pod-spec paths never
-make a matchCondition fail (each create is answered for schema reasons or by the webhook, none
-with a CEL error, and the apiserver counts no match-condition evaluation error)."""
+"""Routing through the apiserver's own CEL: plain pods never reach the webhook, a privileged
+pod asking for no GPU does (and is refused once a GPU node without a GPU taint exists), only
+the sharing scheduler's binder writes a device list into a pod's ConfigMap, and
+objects of every registered kind with nulls, odd types and missing values at their pod-spec
+paths never make a matchCondition fail (each create is answered for schema reasons or by the
+webhook, none with a CEL error, and the apiserver counts no match-condition evaluation
+error)."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ import httpx
 import pytest
 import yaml
 
-from e2e.support import Installed, eventually, gpu_pod
+from e2e.support import Installed, eventually, gpu_pod, kubectl_error
 from webhook.engine.workloads import DEFAULT_TABLE, Workload
 from webhook.ruleset.workloads import LIST_ITEMS, MAP_VALUES
 
@@ -51,6 +54,142 @@ def test_plain_pods_never_reach_the_webhook(installed: Installed, namespace: str
         stdin=json.dumps(gpu_pod("counted")),
     )
     assert installed.metric(counted) >= before + 2
+
+
+def privileged_daemonset(name: str) -> dict[str, Any]:
+    """A node agent installed into a tenant namespace: privileged, no GPU, no GPU toleration."""
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "agent",
+                            "image": "busybox:1.36",
+                            "command": ["sleep", "infinity"],
+                            "securityContext": {"privileged": True},
+                        }
+                    ]
+                },
+            },
+        },
+    }
+
+
+@pytest.fixture
+def untainted_gpu_node(installed: Installed) -> Iterator[str]:
+    """A kwok AMD GPU node with no taint at all, as many AMD and on-prem clusters run them."""
+    plane = installed.plane
+    name = "untainted-mi300-0"
+    resources = {"cpu": "64", "memory": "512Gi", "pods": "110", "amd.com/gpu": "8"}
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {"kwok.x-k8s.io/node": "fake"},
+            "labels": {"kubernetes.io/hostname": name, "type": "kwok"},
+        },
+        "spec": {},
+        "status": {"allocatable": resources, "capacity": resources},
+    }
+    plane.kubectl("apply", "-f", "-", stdin=json.dumps(node))
+    yield name
+    plane.kubectl("delete", "node", name, "--wait=false", check=False)
+
+
+def test_a_privileged_daemonset_is_sent_and_admitted_where_gpu_nodes_are_tainted(
+    installed: Installed, namespace: str
+) -> None:
+    plane = installed.plane
+    counted = "gpu_admission_requests_total"
+    before = installed.metric(counted)
+    # Every GPU node tainted (none here at all): sent for its privileged container, admitted.
+    plane.kubectl(
+        "create", "-n", namespace, "-f", "-", stdin=json.dumps(privileged_daemonset("before"))
+    )
+    assert installed.metric(counted) >= before + 2, "the privileged DaemonSet was not sent"
+
+
+def test_a_privileged_daemonset_asking_no_gpu_is_refused_on_untainted_gpu_nodes(
+    installed: Installed, namespace: str, untainted_gpu_node: str
+) -> None:
+    plane = installed.plane
+    body = json.dumps(privileged_daemonset("node-tuner"))
+
+    def refused() -> str:
+        done = plane.kubectl("create", "-n", namespace, "-f", "-", stdin=body, check=False)
+        if done.returncode == 0:
+            plane.kubectl("delete", "daemonset", "node-tuner", "-n", namespace, "--wait=false")
+            return ""
+        return kubectl_error(done)
+
+    # the live cache shows the node within a watch event or two
+    error = eventually(refused, what=f"{untainted_gpu_node} in the webhook's facts")
+    assert "admission webhook" in error and "privileged-gpu" in error, error
+    assert "spec.template.spec.containers[0].securityContext.privileged" in error, error
+
+
+def config_map(name: str, data: dict[str, str]) -> str:
+    return json.dumps(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}
+    )
+
+
+def test_only_the_sharing_scheduler_s_binder_writes_a_device_list_into_a_pod_s_config_map(
+    installed: Installed, namespace: str
+) -> None:
+    plane = installed.plane
+    counted = "gpu_admission_requests_total"
+    # An application's ConfigMap with the variable: not a sharing scheduler's, never sent.
+    before = installed.metric(counted)
+    plane.kubectl(
+        "create",
+        "-n",
+        namespace,
+        "-f",
+        "-",
+        stdin=config_map("train-env", {"NVIDIA_VISIBLE_DEVICES": "void"}),
+    )
+    assert installed.metric(counted) == before
+    # The name KAI gives a pod's ConfigMap, written by a tenant: sent and refused.
+    shared = config_map("notebook-x7k2p9q-shared-gpu-0", {"NVIDIA_VISIBLE_DEVICES": "all"})
+    done = plane.kubectl("create", "-n", namespace, "-f", "-", stdin=shared, check=False)
+    error = kubectl_error(done)
+    assert done.returncode != 0 and "configmaps.gpu-admission.io" in error, error
+    assert "NVIDIA_VISIBLE_DEVICES='all'" in error and "configMapWriters" in error, error
+    # KAI's binder (its chart's ServiceAccount) may: not even sent.
+    before = installed.metric(counted)
+    plane.kubectl(
+        "create",
+        "-n",
+        namespace,
+        "-f",
+        "-",
+        "--as=system:serviceaccount:kai-scheduler:binder",
+        "--as-group=system:masters",
+        stdin=shared,
+    )
+    assert installed.metric(counted) == before
+    # Once it is there, the tenant's rewrite of the device list is refused too.
+    done = plane.kubectl(
+        "patch",
+        "configmap",
+        "notebook-x7k2p9q-shared-gpu-0",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        json.dumps({"data": {"NVIDIA_VISIBLE_DEVICES": "0,1,2,3"}}),
+        check=False,
+    )
+    assert done.returncode != 0 and "configmaps.gpu-admission.io" in kubectl_error(done)
 
 
 def crds() -> list[dict[str, Any]]:

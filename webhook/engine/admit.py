@@ -127,11 +127,17 @@ Outcome = Skipped | Fast | Decided
 
 
 def skip_reason(
-    operation: str, subresource: str, group: str, kind: str, rules: CompiledRuleSet
+    operation: str,
+    subresource: str,
+    group: str,
+    kind: str,
+    rules: CompiledRuleSet,
+    user: str = "",
 ) -> str:
     """Why the engine has nothing to say about such a request ("" when it has): DELETE and
     CONNECT, kinds that hold no pod spec, and every subresource but pods/ephemeralcontainers
-    (`kubectl debug` adds containers to a pod)."""
+    (`kubectl debug` adds containers to a pod). A ConfigMap is judged only when the requester
+    is known (`user`): who writes a sharing scheduler's device list is the question."""
     if subresource:
         if subresource == "ephemeralcontainers" and (group, kind, operation) == (
             "",
@@ -142,6 +148,8 @@ def skip_reason(
         return f"subresource {subresource}"
     if operation not in ("CREATE", "UPDATE"):
         return f"operation {operation}"
+    if (group, kind) == ("", "ConfigMap") and user:
+        return ""  # a sharing scheduler's device list (engine.sharedmaps)
     if not rules.workloads.holds_pods(group, kind):
         return f"{kind or '(no kind)'} holds no pod spec"
     return ""
@@ -175,7 +183,7 @@ def admit(
         group = group_of(obj.get("apiVersion")) if isinstance(obj, dict) else ""
     if kind is None:
         kind = str(obj.get("kind", "")) if isinstance(obj, dict) else ""
-    why = skip_reason(request.operation, request.subresource, group, kind, rules)
+    why = skip_reason(request.operation, request.subresource, group, kind, rules, request.user)
     if why:
         return Skipped(why)
     raw = request.raw

@@ -22,6 +22,7 @@ from webhook.engine.decision import Decision, Mode, combine, unreadable
 from webhook.engine.findings import Finding
 from webhook.engine.patch import clone, diff, working_copy
 from webhook.engine.podviews import PodView, UnreadableObject, pod_views
+from webhook.engine.sharedmaps import RULE, judge_config_map
 from webhook.engine.sharing import mark_shared
 from webhook.engine.subject import Subject
 from webhook.engine.turns import give_way
@@ -62,6 +63,8 @@ def _evaluate(
     stage: Stage,
     labels: Mapping[str, str] | None,
 ) -> Decision:
+    if subject.kind == "ConfigMap" and subject.group == "":
+        return _config_map(subject, rules, labels)
     compiled, views = _scope(subject, rules, labels)
     views = claims.resolve(views, compiled, facts)  # DRA claims that reach GPU classes
     ctx = Context(compiled, subject.namespace, subject.kind, subject.operation, facts)
@@ -93,6 +96,18 @@ def _evaluate(
         hold=_hold(subject, views, ctx),
         mutated=obj if stage is Stage.ADMIT else None,
     )
+
+
+def _config_map(
+    subject: Subject, rules: CompiledRuleSet, labels: Mapping[str, str] | None
+) -> Decision:
+    """A write to what may be a GPU-sharing scheduler's ConfigMap (`engine.sharedmaps`),
+    judged under visible-devices' mode in its namespace."""
+    if rules.exempt_namespace(subject.namespace, labels):
+        return Decision()
+    compiled = rules.for_namespace(subject.namespace, labels)
+    mode = next((m for v, m in compiled.validations if v.rule == RULE), Mode.OFF)
+    return judge_config_map(subject, rules.sharing.writers, mode)
 
 
 def _new_ephemeral(subject: Subject, views: list[PodView]) -> list[PodView]:

@@ -2,9 +2,9 @@
 
 Most pods ask for no GPU. Every rule that can fire on such a pod needs a tell-tale string in
 the object: a GPU resource name (for the GPU rules), a GPU taint key (a toleration of it), a GPU
-node-label prefix, a keyless toleration, `nodeName`, `NVIDIA_VISIBLE_DEVICES`, `hostPath`,
-DRA `resourceClaims` (whether they are GPU claims only the cluster facts say), or a
-device-injection annotation's domain.
+node-label prefix, a keyless toleration, `nodeName`, a device variable (`..._VISIBLE_DEVICES`),
+`hostPath`, `privileged`, DRA `resourceClaims` (whether they are GPU claims only the cluster
+facts say), or a device-injection annotation's domain.
 (Clusters whose GPU nodes carry no GPU taint are the exception: the driver skips this filter
 when its facts show one.) If none of them occurs in the bytes, the answer is
 "allowed, no patch" and the object is never decoded. A marker that occurs somewhere else (an
@@ -25,8 +25,12 @@ from webhook.ruleset.models import RuleSet
 __all__ = ["Gated", "Group", "gated", "markers", "might_apply"]
 
 _ALWAYS = (
-    b"NVIDIA_VISIBLE_DEVICES",
+    # NVIDIA_VISIBLE_DEVICES and the CUDA, HIP and ROCm runtimes' device lists (DEVICE_ENV).
+    b"_VISIBLE_DEVICES",
+    b"RUNAI-VISIBLE-DEVICES",  # KAI's device key before v0.7.4 (a ConfigMap's, engine.sharedmaps)
     b"hostPath",
+    # Privileged mode sees every device of a node (`"privileged":false` only costs the full path).
+    b'"privileged"',
     # Ways onto a GPU node without a GPU word: nodeName skips the scheduler, and a toleration
     # with no key tolerates every taint. The apiserver writes a Toleration's fields in struct
     # order (key first) and CRD objects with sorted keys, so a keyless one starts like this.

@@ -17,7 +17,13 @@ from webhook.engine.context import Context
 from webhook.engine.podviews import PodView
 from webhook.facts.model import NodeIndex
 
-__all__ = ["can_reach_gpu_nodes", "gpu_node_taints", "tolerates_taint", "untainted_gpu_nodes"]
+__all__ = [
+    "can_reach_gpu_nodes",
+    "gpu_node_taints",
+    "reach_unknown",
+    "tolerates_taint",
+    "untainted_gpu_nodes",
+]
 
 # Operators that draw a pod towards nodes with a label (NotIn/DoesNotExist push it away).
 _TOWARDS = frozenset({"In", "Exists", "Gt", "Lt"})
@@ -124,3 +130,24 @@ def can_reach_gpu_nodes(pod: PodView, ctx: Context) -> bool:
 
 def _selects_gpu_labels_of(labels: Mapping[str, str], ctx: Context) -> bool:
     return any(k.startswith(ctx.rules.gpu_label_prefixes) for k in labels)
+
+
+def reach_unknown(ctx: Context) -> str:
+    """Why the facts cannot tell that a pod `can_reach_gpu_nodes` said no to stays off GPU
+    nodes ("" when they can): they are older than the rules allow, or not read yet, so a GPU
+    node that carries no GPU taint (any pod lands there) may be missing from them. Facts that
+    show one answer yes whatever their age; no facts at all (an offline audit) take GPU nodes
+    to carry the GPU taints, as documented."""
+    facts = ctx.facts
+    if facts is None:
+        return ""
+    age = facts.age_seconds
+    limit = ctx.rules.max_staleness_seconds
+    if age is None or age <= limit:
+        return ""
+    if age == float("inf"):
+        return "cluster facts are not read yet, so untainted GPU nodes are not known"
+    return (
+        f"cluster facts are {int(age)}s old (limit {limit}s; API server unreachable?), so "
+        "untainted GPU nodes are not known"
+    )

@@ -15,11 +15,18 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from webhook.engine.context import Context
 from webhook.engine.podviews import ContainerView, PodView
-from webhook.facts.model import VISIBLE_DEVICES
+from webhook.facts.model import SHARING_KEYS
 from webhook.ruleset.models import GpuSharing
 
-__all__ = ["SharingSchedulers", "mark_shared", "scheduler_config_map_ref"]
+__all__ = [
+    "SharingSchedulers",
+    "config_map_name",
+    "mark_shared",
+    "scheduler_config_map_ref",
+    "written_before",
+]
 
 
 class SharingSchedulers:
@@ -31,6 +38,7 @@ class SharingSchedulers:
         self.container_annotation = settings.container_annotation
         self.resource = settings.resource
         self.config_map_annotation = settings.config_map_annotation
+        self.writers = frozenset(settings.config_map_writers)
 
     def target(self, pod: PodView) -> ContainerView | None:
         """The container a sharing scheduler gives part of a GPU to, or None."""
@@ -70,17 +78,45 @@ def mark_shared(views: list[PodView], sharing: SharingSchedulers) -> list[PodVie
     return out
 
 
-def scheduler_config_map_ref(env: Mapping[str, Any], prefix: str) -> bool:
-    """An env entry whose value the sharing scheduler's binder fills: the NVIDIA_VISIBLE_DEVICES
-    key of one of the pod's own ConfigMaps, named `<prefix>-<container index>` by the scheduler's
-    webhook (`prefix` from the pod's annotation; "" when it has none: nothing is)."""
+def config_map_name(c: ContainerView) -> str:
+    """The ConfigMap the sharing scheduler's webhook names for this container: `<prefix>-<n>`
+    for containers[n], `<prefix>-i<n>` for initContainers[n] (KAI Scheduler's
+    gpusharingconfigmap.SetGpuCapabilitiesConfigMapName), `prefix` from the pod's annotation;
+    "" when it has none or the container sits elsewhere."""
+    prefix = c.shared_config_map
+    if not prefix or len(c.slot) != 2 or not isinstance(c.slot[1], int):
+        return ""
+    where = {"containers": "", "initContainers": "i"}.get(str(c.slot[0]))
+    return "" if where is None else f"{prefix}-{where}{c.slot[1]}"
+
+
+def scheduler_config_map_ref(env: Mapping[str, Any], c: ContainerView) -> str:
+    """The ConfigMap's name when this env entry is one the sharing scheduler's binder fills: a
+    device key (SHARING_KEYS: each KAI release writes one of them) of the ConfigMap its
+    webhook named for this container (`config_map_name`), not optional; else ""."""
     source = env.get("valueFrom")
-    if not prefix or not isinstance(source, dict) or set(source) != {"configMapKeyRef"}:
-        return False
+    name = config_map_name(c)
+    if not name or not isinstance(source, dict) or set(source) != {"configMapKeyRef"}:
+        return ""
     ref = source["configMapKeyRef"]
-    if not isinstance(ref, dict) or ref.get("key") != VISIBLE_DEVICES:
+    if not isinstance(ref, dict) or ref.get("key") not in SHARING_KEYS:
+        return ""
+    if ref.get("name") != name or ref.get("optional") is True:
+        return ""
+    return name
+
+
+def written_before(name: str, ctx: Context) -> bool:
+    """Whether the facts show the scheduler's ConfigMap already there, with a device key, as
+    the pod is created. Its binder writes it only at bind time, after the pod exists, owned by
+    the pod (UpsertJobConfigMap): one that exists at the pod's creation was written by someone
+    else (who may have put `all` in it), or is a deleted namesake's, which the garbage
+    collector removes. Unknown ConfigMaps say no: the ConfigMap webhook guards their writes."""
+    facts = ctx.facts
+    if ctx.kind != "Pod" or ctx.operation != "CREATE" or facts is None:
         return False
-    name = ref.get("name")
-    return (
-        isinstance(name, str) and name.startswith(prefix + "-") and ref.get("optional") is not True
-    )
+    known = facts.config_maps
+    if known is None:
+        return False
+    keys = known.get(name) or {}
+    return any(k in keys for k in SHARING_KEYS)

@@ -8,10 +8,11 @@ and relists. Pods are reduced to `PodGpus` as they arrive (non-GPU pods are not 
 per-namespace usage is updated incrementally, so reads are dict lookups at any cluster size.
 
 ConfigMaps are watched for one thing: the keys `envFrom` could turn into
-NVIDIA_VISIBLE_DEVICES. Only those keys are kept, and only for the ConfigMaps that have one,
-so thousands of ConfigMaps cost next to nothing. Secrets are not watched: a cluster-wide
-list/watch grant on Secrets is one most security teams refuse, so `Facts.secrets` stays None
-(unknown) and the isolation rules judge an `envFrom` of a Secret as possibly `all`.
+NVIDIA_VISIBLE_DEVICES, and a GPU-sharing scheduler's device keys. Only those keys are kept,
+and only for the ConfigMaps that have one, so thousands of ConfigMaps cost next to nothing.
+Secrets are not watched: a cluster-wide list/watch grant on Secrets is one most security teams
+refuse, so `Facts.secrets` stays None (unknown) and the isolation rules judge an `envFrom` of a
+Secret as possibly `all`.
 
 The autoscalers' objects (Karpenter NodePools, Cluster API MachineSets and MachineDeployments)
 are watched the same way when their CRDs are installed, and kept only as the GPU node shapes

@@ -19,7 +19,9 @@ from webhook.namepatterns import NamePatterns
 from webhook.quantity import Amount
 
 __all__ = [
+    "DEVICE_ENV",
     "GPU_PRODUCT_LABEL",
+    "SHARING_KEYS",
     "TERMINATED",
     "VISIBLE_DEVICES",
     "Facts",
@@ -316,7 +318,8 @@ class Facts:
     age_seconds: float | None = None
     # ConfigMaps and Secrets of the namespace that pods may load with envFrom, each keyed by
     # name and holding only its keys that some prefix could turn into NVIDIA_VISIBLE_DEVICES
-    # (`visible_devices_keys`); a name that is absent has no such key. None for a kind the
+    # or a sharing scheduler's device keys (`visible_devices_keys`); a name that is absent has
+    # no such key. None for a kind the
     # source does not know; the isolation rules then judge such a key as possibly "all".
     config_maps: Mapping[str, Mapping[str, str]] | None = None
     secrets: Mapping[str, Mapping[str, str]] | None = None
@@ -421,6 +424,21 @@ class FactsSource(Protocol):
 
 
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+# The keys of a GPU-sharing scheduler's ConfigMap that its webhook points a shared container's
+# NVIDIA_VISIBLE_DEVICES at (valueFrom.configMapKeyRef), and its binder fills at bind time. KAI
+# Scheduler v0.7.4 and later write NVIDIA_VISIBLE_DEVICES; earlier releases, and the v0.4, v0.5
+# and v0.6 lines still released, write RUNAI-VISIBLE-DEVICES (pkg/binder/common/gpu_access.go),
+# which the later binders still fill where a pod names it.
+SHARING_KEYS: tuple[str, ...] = ("NVIDIA_VISIBLE_DEVICES", "RUNAI-VISIBLE-DEVICES")
+# Variables that name a container's GPUs: the NVIDIA toolkit's (which hands them over), and the
+# CUDA, HIP and ROCm runtimes' (which pick among those the container already sees). A pod that
+# sets one expects GPUs: the webhook is sent it, so a GPU node it reaches untolerated shows.
+DEVICE_ENV: tuple[str, ...] = (
+    VISIBLE_DEVICES,
+    "CUDA_VISIBLE_DEVICES",
+    "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+)
 
 
 def could_become_visible_devices(key: str) -> bool:
@@ -429,5 +447,10 @@ def could_become_visible_devices(key: str) -> bool:
 
 
 def visible_devices_keys(data: Mapping[str, object]) -> dict[str, str]:
-    """The only keys of a ConfigMap or Secret the rules need; the rest is never kept."""
-    return {k: v for k, v in data.items() if isinstance(v, str) and could_become_visible_devices(k)}
+    """The only keys of a ConfigMap or Secret the rules need (those `envFrom` could turn into
+    NVIDIA_VISIBLE_DEVICES, and a sharing scheduler's device keys); the rest is never kept."""
+    return {
+        k: v
+        for k, v in data.items()
+        if isinstance(v, str) and (could_become_visible_devices(k) or k in SHARING_KEYS)
+    }

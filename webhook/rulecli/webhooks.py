@@ -18,15 +18,15 @@ from typing import TypeVar
 
 from webhook.celtext import name_test, q, qlist
 from webhook.engine.compiled import CompiledRuleSet
-from webhook.engine.hostreach import host_path_routes
 from webhook.engine.injection import PREFIXES as INJECTION_PREFIXES
+from webhook.engine.sharedmaps import NAME_FORM
 from webhook.engine.workloads import Workload, WorkloadTable
-from webhook.namepatterns import NamePatterns, is_pattern
-from webhook.ruleset.hostpaths import HOST_PATHS, VENDOR_PATHS, HostPathRow
+from webhook.facts.model import DEVICE_ENV, SHARING_KEYS
+from webhook.namepatterns import is_pattern
 from webhook.ruleset.models import RuleSet
 from webhook.ruleset.workloads import LIST_ITEMS, MAP_VALUES
 
-__all__ = ["gpu_workload_condition", "render_webhooks"]
+__all__ = ["gpu_workload_condition", "render_webhooks", "sharing_config_map_condition"]
 
 NAMESPACE = "gpu-admission"
 # Never sent, whatever the rule set says: the control plane must not wait on a webhook, and
@@ -133,20 +133,10 @@ class _Names:
         self.gpu_resources = list(source.gpu_resources)
         self.taint_keys = sorted(rules.taint_keys)
         prefixes = list(source.rules.gpu_schedulable.gpu_label_prefixes)
-        paths = list(source.rules.host_gpu_devices.paths)
         for o in source.overrides:
             sched = o.rules.get("gpu-schedulable", {})
             prefixes += [p for p in sched.get("gpuLabelPrefixes", []) if isinstance(p, str)]
-            host = o.rules.get("host-gpu-devices", {})
-            paths += [p for p in host.get("paths", []) if isinstance(p, str)]
         self.label_prefixes = list(dict.fromkeys(prefixes))
-        self.device_paths = list(dict.fromkeys(paths))
-        # The built-in host paths, with the accelerators' nodes where their resources are GPUs.
-        gpu = NamePatterns(self.gpu_resources)
-        self.host_rows: list[HostPathRow] = [*HOST_PATHS]
-        for names, rows in VENDOR_PATHS:
-            if any(gpu.matches(n) for n in names):
-                self.host_rows += rows
         self.inline = list(dict.fromkeys(k for w in rules.workloads.kinds for k in w.inline))
         self.schedulers = list(source.gpu_sharing.schedulers)
 
@@ -187,10 +177,16 @@ def _container_test(resources: str, names: _Names) -> str:
                   w in {res} && type({res}[w]) == map
                   && dyn({res}[w]).exists(r, type(r) == string && ({gpu})
                     && !{_zero(amount)})))
-                // (b) NVIDIA_VISIBLE_DEVICES, whatever its value, or through valueFrom; or a
-                //     mount in the toolkit's volume-mount device list
+                // (b) a device variable (NVIDIA_VISIBLE_DEVICES; CUDA's, HIP's, ROCm's
+                //     lists), whatever its value, or through valueFrom; or a mount in
+                //     the toolkit's volume-mount device list
                 || {_items("c", "env")}.exists(e, type(e) == map
-                  && {_has("e", "name", "string")} && e.name == 'NVIDIA_VISIBLE_DEVICES')
+                  && {_has("e", "name", "string")} && e.name in {qlist(DEVICE_ENV)})
+                // (c) privileged mode: every device node of the host it lands on (an
+                //     untainted GPU node needs no toleration)
+                || ({_has("c", "securityContext", "map")}
+                  && {_has("c.securityContext", "privileged", "bool")}
+                  && c.securityContext.privileged)
                 || {_items("c", "volumeMounts")}.exists(m, type(m) == map
                   && {_has("m", "mountPath", "string")}
                   && m.mountPath.contains('nvidia-container-devices'))
@@ -198,7 +194,6 @@ def _container_test(resources: str, names: _Names) -> str:
 
 
 def _pod_test(names: _Names) -> str:
-    prefixes, above = host_path_routes(names.host_rows, names.device_paths)
     labels = qlist(names.label_prefixes)
     keys = qlist(names.taint_keys)
     inline = qlist(names.inline)
@@ -215,17 +210,12 @@ def _pod_test(names: _Names) -> str:
               // Keys that hold one container each (KServe's model and framework shortcuts).
               + {inline}.filter(k, k in p).map(k, p[k])
             ).exists(c, type(c) == map && {_container_test("resources", names)})
-            // (c) a hostPath volume that may reach GPUs: device nodes or a directory above
-            //     them, /proc (/proc/1/root is the host's /), the GPUs' sysfs, a container
-            //     runtime's socket, or a path of host-gpu-devices.paths. A path with '//' or
-            //     '/.' goes too: the webhook normalizes it before matching.
+            // (d) a hostPath volume, whatever its path: one may reach GPUs (device
+            //     nodes, the host's root, a runtime's socket), and the facts tell an
+            //     untainted GPU node it may land on (anything but null goes too)
             || {_items("p", "volumes")}.exists(v, type(v) == map
-              && {_has("v", "hostPath", "map")} && {_has("v.hostPath", "path", "string")}
-              && (v.hostPath.path in {qlist(above)}
-                || {qlist(prefixes)}.exists(d, v.hostPath.path.startsWith(d))
-                || v.hostPath.path.contains('//')
-                || v.hostPath.path.contains('/.')))
-            // (d) a way onto GPU nodes: a toleration of a GPU node taint or of every taint (no
+              && 'hostPath' in v && v.hostPath != null)
+            // (e) a way onto GPU nodes: a toleration of a GPU node taint or of every taint (no
             //     key), GPU node labels in nodeSelector or required node affinity, or nodeName.
             //     Such a pod gets NVIDIA_VISIBLE_DEVICES=void in its non-GPU containers, and
             //     privileged mode or envFrom are judged in it.
@@ -242,11 +232,11 @@ def _pod_test(names: _Names) -> str:
                   && {_has("e", "key", "string")} && {labels}.exists(x, e.key.startsWith(x)))))
             || ('nodeName' in p && p.nodeName != null
               && (type(p.nodeName) != string || p.nodeName != ''))
-            // (e) DRA: resource claims, whose device class only the webhook's facts can tell
+            // (f) DRA: resource claims, whose device class only the webhook's facts can tell
             //     (anything but a list or null there goes too: the webhook names it)
             || ('resourceClaims' in p && (type(p.resourceClaims) == list
               ? size(p.resourceClaims) > 0 : p.resourceClaims != null))
-            // (f) a GPU-sharing scheduler, which gives part of a GPU through annotations
+            // (g) a GPU-sharing scheduler, which gives part of a GPU through annotations
             || ({_has("p", "schedulerName", "string")} && p.schedulerName in {schedulers})"""
 
 
@@ -357,13 +347,14 @@ HEADER = """\
 #   exemptions.namespaces). GPU components' namespaces are sent: only their own pods skip the
 #   GPU-access rules there, and quota and schedulability hold for every pod.
 # - matchConditions (CEL, GA in Kubernetes 1.30): only objects with a pod spec that asks for a
-#   GPU, sets NVIDIA_VISIBLE_DEVICES, mounts a host path that reaches GPUs, has DRA resource
-#   claims, or can land on a GPU node (tolerates a GPU taint or every taint, selects GPU node
-#   labels, names its node). They assume GPU nodes carry a GPU taint, as the GPU operator and
-#   managed GPU pools set up: in a cluster with untainted GPU nodes, remove the `gpu-workload`
-#   condition (the webhook then judges every pod: its facts show such nodes, and it skips its
-#   own fast path). Everything else, nearly all of a cluster's traffic, is admitted without a
-#   call, so an outage cannot touch non-GPU workloads. The server keeps its own fast path.
+#   GPU, sets a device variable (NVIDIA_VISIBLE_DEVICES, CUDA_, HIP_ or ROCR_VISIBLE_DEVICES),
+#   has a privileged container or a hostPath volume, has DRA resource claims, or can land on a
+#   GPU node by its own fields (tolerates a GPU taint or every taint, selects GPU node labels,
+#   names its node). Privileged and hostPath pods are sent whatever else they hold: on a cluster
+#   whose GPU nodes carry no GPU taint they reach GPUs with no toleration, and the webhook's
+#   facts show such nodes. Everything else, nearly all of a cluster's traffic, is admitted
+#   without a call, so an outage cannot touch non-GPU workloads. The server keeps its own fast
+#   path.
 # - timeoutSeconds 5 (default 10): an answer takes milliseconds (pure rules over cached cluster
 #   facts), so 5 s is only reached when a replica hangs. One request may cost two mutating calls
 #   (reinvocation) and one validating call: 15 s at worst, well inside the apiserver's 60 s
@@ -371,6 +362,10 @@ HEADER = """\
 # - sideEffects None: the webhook changes nothing outside the AdmissionReview (dryRun is safe).
 # - matchPolicy Equivalent: a request through another version of a listed resource (e.g. an
 #   older ray.io or kubeflow.org version) is converted and still sent.
+# - configmaps.gpu-admission.io (validating only): a CREATE or UPDATE of a ConfigMap holding a
+#   GPU-sharing scheduler's device key (NVIDIA_VISIBLE_DEVICES, RUNAI-VISIBLE-DEVICES) that a
+#   pod owns or that is named as the scheduler names them, by anyone but the scheduler's binder
+#   (gpuSharing.configMapWriters): the webhook refuses such a write when it sets a device list.
 """
 
 
@@ -462,7 +457,79 @@ def _routing(rules: CompiledRuleSet) -> str:
 """
 
 
+def _owned_or_named(o: str) -> str:
+    """CEL: `o` (object or oldObject) is a ConfigMap a pod owns, or named as a sharing
+    scheduler names them."""
+    meta = f"{o}.metadata"
+    return (
+        f"(type({o}) == map && {_has(o, 'metadata', 'map')}\n"
+        f"  && ({_items(meta, 'ownerReferences')}.exists(r, type(r) == map\n"
+        f"      && {_has('r', 'kind', 'string')} && r.kind == 'Pod'\n"
+        f"      && {_has('r', 'apiVersion', 'string')} && r.apiVersion == 'v1')\n"
+        f"    || ({_has(meta, 'name', 'string')} && {meta}.name.matches({q(NAME_FORM)}))))"
+    )
+
+
+def sharing_config_map_condition() -> str:
+    """The CEL of the `sharing-config-map` matchCondition: a ConfigMap write that holds a
+    sharing scheduler's device key, in a ConfigMap that is (or was) a pod's or so named."""
+    keys = qlist(SHARING_KEYS)
+    return f"""// A device key a sharing scheduler's binder writes (engine.sharedmaps)...
+type(object) == map && {_has("object", "data", "map")}
+&& {keys}.exists(k, k in object.data)
+// ...in a ConfigMap a pod owns or named `<prefix>-shared-gpu-<n>` (now or before)
+&& ({_owned_or_named("object")}
+  || {_owned_or_named("oldObject")})"""
+
+
+def _config_map_entry(rules: CompiledRuleSet) -> str:
+    """The validating webhook on ConfigMap writes: only the sharing scheduler's binder may put
+    a device list in a pod's ConfigMap."""
+    namespaces = "".join(f"\n            - {n}" for n in _skipped_namespaces(rules.source))
+    writers = qlist(rules.source.gpu_sharing.config_map_writers)
+    condition = "\n".join(
+        ("          " + line).rstrip() for line in sharing_config_map_condition().splitlines()
+    )
+    return f"""\
+  # A shared container's NVIDIA_VISIBLE_DEVICES comes from a ConfigMap the GPU-sharing
+  # scheduler's binder fills at bind time and the kubelet reads at every container start: a
+  # device key written there by anyone else (`all`) would reach every GPU of the node. The
+  # binder's own writes are never sent (gpuSharing.configMapWriters), so an outage never holds
+  # up binding; any other write of a device key into such a ConfigMap is, and is refused.
+  - name: configmaps.gpu-admission.io
+    admissionReviewVersions: [v1]
+    sideEffects: None
+    timeoutSeconds: 5
+    failurePolicy: Fail
+    matchPolicy: Equivalent
+    clientConfig:
+      service:
+        namespace: gpu-admission
+        name: gpu-admission
+        path: /validate
+        port: 443
+    namespaceSelector:
+      matchExpressions:
+        - key: kubernetes.io/metadata.name
+          operator: NotIn
+          values:{namespaces}
+    rules:
+      - operations: [CREATE, UPDATE]
+        apiGroups: [""]
+        apiVersions: [v1]
+        resources: [configmaps]
+        scope: Namespaced
+    matchConditions:
+      - name: not-the-sharing-scheduler
+        expression: >-
+          !(request.userInfo.username in {writers})
+      - name: sharing-config-map
+        expression: |
+{condition}
+"""
+
+
 def render_webhooks(rules: CompiledRuleSet) -> str:
     """Both webhook configurations as one YAML stream, comments included."""
     routing = _routing(rules)
-    return f"{HEADER}{_MUTATING}{routing}---\n{_VALIDATING}{routing}"
+    return f"{HEADER}{_MUTATING}{routing}---\n{_VALIDATING}{routing}{_config_map_entry(rules)}"

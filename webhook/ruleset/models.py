@@ -174,8 +174,11 @@ class GpuSharing(RuleModel):
     names its node: nodeName skips the scheduler that would honour the ask): the container the
     sharing applies to (the one `containerAnnotation` names, else the first container) counts
     as asking for a GPU, and the NVIDIA_VISIBLE_DEVICES the scheduler's own webhook sets in it
-    from the pod's ConfigMap (valueFrom.configMapKeyRef to the name `configMapAnnotation`
-    gives, key NVIDIA_VISIBLE_DEVICES; its binder fills it at bind time) is admitted."""
+    from the pod's ConfigMap (valueFrom.configMapKeyRef to `<configMapAnnotation>-<n>` for
+    containers[n], `-i<n>` for init containers, key NVIDIA_VISIBLE_DEVICES or, before KAI
+    v0.7.4, RUNAI-VISIBLE-DEVICES; its binder fills it at bind time) is admitted, unless the
+    facts show that ConfigMap already there as the pod is created. Writes of those keys into
+    such ConfigMaps are refused to all but `configMapWriters`."""
 
     schedulers: list[str] = Field(default_factory=lambda: ["kai-scheduler", "runai-scheduler"])
     annotations: list[str] = Field(default_factory=lambda: ["gpu-fraction", "gpu-memory"])
@@ -185,6 +188,15 @@ class GpuSharing(RuleModel):
     config_map_annotation: str = "runai/shared-gpu-configmap"
     # What the shared GPUs are, for the rules keyed by resource name (gpu-tolerations).
     resource: str = Field(default="nvidia.com/gpu", min_length=1)
+    # Who may write a device key (NVIDIA_VISIBLE_DEVICES, RUNAI-VISIBLE-DEVICES) into a
+    # ConfigMap owned by a pod or named as the scheduler names them (`*-shared-gpu-<n>`): the
+    # scheduler's binder (KAI's chart binds the ClusterRole kai-binder to the ServiceAccount
+    # `binder` of the namespace it is installed in, kai-scheduler by its docs). Usernames as
+    # the API server reports them.
+    config_map_writers: list[str] = Field(
+        default_factory=lambda: ["system:serviceaccount:kai-scheduler:binder"],
+        examples=[["system:serviceaccount:kai-scheduler:binder"]],
+    )
 
 
 class RuleSet(RuleModel):

@@ -180,6 +180,17 @@ class VisibleDevicesRule(RuleModel):
     when_unknown: WhenUnknown = "deny"
 
 
+class PrivilegedRule(RuleModel):
+    """Privileged containers see every device node of their node: judged wherever the pod can
+    reach a GPU node."""
+
+    mode: ModeName = "enforce"
+    # Cluster facts older than cluster.maxStalenessSeconds (or not yet read) cannot show whether
+    # some GPU node carries no GPU taint, so whether a privileged pod that neither asks for a GPU
+    # nor tolerates a GPU taint can land on one: allow with a warning, or deny.
+    when_unknown: WhenUnknown = "allow"
+
+
 class HostDevicesRule(RuleModel):
     """Host paths that reach GPUs without an allocation: the built-in table (device nodes, the
     host's root, the GPUs' sysfs, runtime sockets) always applies."""
@@ -311,7 +322,7 @@ class RuleSettings(RuleModel):
     visible_devices: VisibleDevicesRule = Field(
         default_factory=VisibleDevicesRule, alias="visible-devices"
     )
-    privileged_gpu: ValidationRule = Field(default_factory=ValidationRule, alias="privileged-gpu")
+    privileged_gpu: PrivilegedRule = Field(default_factory=PrivilegedRule, alias="privileged-gpu")
     host_gpu_devices: HostDevicesRule = Field(
         default_factory=HostDevicesRule, alias="host-gpu-devices"
     )

@@ -26,12 +26,13 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from webhook.engine.checks.schedulable import why_not_whole_node
+from webhook.engine.checks.trust import unknown_facts
 from webhook.engine.context import Context
 from webhook.engine.findings import Finding
 from webhook.engine.hostreach import normalise
 from webhook.engine.podviews import ContainerView, PodView
-from webhook.engine.reach import can_reach_gpu_nodes
-from webhook.engine.sharing import scheduler_config_map_ref
+from webhook.engine.reach import can_reach_gpu_nodes, reach_unknown
+from webhook.engine.sharing import scheduler_config_map_ref, written_before
 from webhook.facts.model import VISIBLE_DEVICES
 
 __all__ = [
@@ -228,7 +229,11 @@ def visible_devices(pod: PodView, ctx: Context) -> Iterator[Finding]:
             i, env = explicit
             field = f"{c.field_path}.env[{i}]"
             if env.get("valueFrom") is not None:
-                if c.shared_gpu and scheduler_config_map_ref(env, c.shared_config_map):
+                shared = scheduler_config_map_ref(env, c) if c.shared_gpu else ""
+                if shared and written_before(shared, ctx):
+                    yield _written_before(pod, ctx, c, shared, field)
+                    continue
+                if shared:
                     continue  # the GPU-sharing scheduler's binder fills it (engine.sharing)
                 found = "set through valueFrom"
             elif env.get("value") is not None and env.get("value") not in allowed:
@@ -273,6 +278,29 @@ def visible_devices(pod: PodView, ctx: Context) -> Iterator[Finding]:
                 ),
                 field=f"{c.field_path}.env",
             )
+
+
+def _written_before(pod: PodView, ctx: Context, c: ContainerView, name: str, field: str) -> Finding:
+    """The scheduler's ConfigMap exists before the pod: not the scheduler's writing."""
+    return Finding(
+        rule="visible-devices",
+        summary=(
+            f"visible-devices: {c.label()} takes {VISIBLE_DEVICES} ({field}) from ConfigMap "
+            f"{name!r}, "
+            "which already exists with a device key as the pod is created; expected the "
+            "sharing scheduler's binder to create it, for this pod, at bind time"
+        ),
+        fix=_fix(
+            pod,
+            ctx,
+            f"delete ConfigMap {name!r} (whoever wrote it could hand the container every GPU "
+            "of its node) and create the pod again; if the pod sets the sharing scheduler's "
+            "ConfigMap-name annotation itself, remove it so the scheduler's webhook picks a "
+            "fresh name",
+            system=False,
+        ),
+        field=field,
+    )
 
 
 def _shared_left_to_image(pod: PodView, ctx: Context, c: ContainerView) -> Finding:
@@ -371,7 +399,17 @@ def hide_devices(spec: dict[str, Any], pod: PodView, ctx: Context) -> bool:
 def privileged_gpu(pod: PodView, ctx: Context) -> Iterator[Finding]:
     """Privileged containers see every device node; only pods that can reach GPU nodes count."""
     judged = [c for c in _judged(pod) if (c.raw.get("securityContext") or {}).get("privileged")]
-    if not judged or not can_reach_gpu_nodes(pod, ctx):
+    if not judged:
+        return
+    if not can_reach_gpu_nodes(pod, ctx):
+        # Stale facts may miss a GPU node with no GPU taint, which this pod would reach.
+        why = reach_unknown(ctx)
+        if why:
+            for c in judged:
+                if c.raw["securityContext"]["privileged"] is True:
+                    field = f"{c.field_path}.securityContext.privileged"
+                    when = ctx.settings.privileged_gpu.when_unknown
+                    yield unknown_facts("privileged-gpu", when, f"{c.label()}: {why}", field)
         return
     # A pod that fills every node it can run on (all 8 GPUs of an 8-GPU node, as
     # GPUDirect-TCPX pods with a privileged networking sidecar do) shares its node's GPUs with
