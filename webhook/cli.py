@@ -180,7 +180,14 @@ def _rules(args: argparse.Namespace) -> int:
         if not cases:
             print("gpu-admission: no rules folder and no --cases: nothing to test", file=sys.stderr)
             return 2
-        return rulecli.test(folder, cases, sys.stdout)
+        facts = None
+        if args.cluster_snapshot:
+            try:
+                facts = load_snapshot(args.cluster_snapshot)
+            except SnapshotError as exc:
+                print(f"gpu-admission: {exc}", file=sys.stderr)
+                return 2
+        return rulecli.test(folder, cases, sys.stdout, facts)
     return rulecli.explain(folder, args.namespace, _labels(args.labels), sys.stdout)
 
 
@@ -412,6 +419,10 @@ def build_parser() -> argparse.ArgumentParser:
     tst = rules_sub.add_parser("test", help="run rule test cases (default: DIR/tests)")
     tst.add_argument("dir", nargs="?", help=RULES_HELP)
     tst.add_argument("--cases", action="append", default=[], help="case file or folder")
+    tst.add_argument(
+        "--cluster-snapshot",
+        help="cluster facts for every case whose file or case names no clusterSnapshot",
+    )
     hooks = rules_sub.add_parser(
         "webhooks", help="print the webhook configurations that route this rule set's kinds"
     )
