@@ -165,6 +165,8 @@ def load_cases(
     for path in paths:
         try:
             data = read_document(path)
+            if isinstance(data, dict) and data.get("kind") == "ClusterSnapshot":
+                continue  # the facts some case names, kept beside the cases
             loaded = CaseFile.model_validate(data)
             ref = loaded.cluster_snapshot
             in_file = facts_of(ref, path, "clusterSnapshot", read) if ref is not None else facts
@@ -238,27 +240,35 @@ def run_case(
         shaped = len(result.failures) == len(
             [f for f in result.failures if not f.startswith(("patched:", "object after"))]
         )
-        result.unchecked = shaped and _for_want_of_facts(
-            exp, rules_by_verdict, outcome.allowed, needing
-        )
+        wanting = _for_want_of_facts(exp, rules_by_verdict, outcome.allowed, needing)
+        if shaped and wanting:
+            result.unchecked = True
+            result.failures = [
+                f"{', '.join(sorted(wanting))} cannot judge this case without cluster facts "
+                "(what it expects needs them)"
+            ]
     return result
 
 
 def _for_want_of_facts(
     exp: Expect, actual: dict[str, set[str]], allowed: bool, needing: set[str]
-) -> bool:
-    """Whether every way a case failed comes from rules that needed facts and had none: each
-    rule expected and missing is one of them, nothing fired that was not expected, and a
-    denial expected and not given could have come from one of them."""
+) -> set[str]:
+    """The rules needing facts that a case failed for want of, when every way it failed comes
+    from them (empty otherwise): each rule expected and missing is one of them, nothing fired
+    that was not expected, and a denial expected and not given could have come from them."""
+    wanting: set[str] = set()
     for label, fired in actual.items():
         expected = getattr(exp, label)
         if expected is None:
             continue
         missing = set(expected) - fired
         if fired - set(expected) or not missing <= needing:
-            return False
+            return set()
+        wanting |= missing
     if exp.allowed is None or exp.allowed == allowed:
-        return True
+        return wanting
     if exp.allowed or not needing:
-        return False  # a denial nothing expected is no missing fact
-    return exp.denied is None or bool((set(exp.denied) - actual["denied"]) & needing)
+        return set()  # a denial nothing expected is no missing fact
+    if exp.denied is None:
+        return wanting or needing
+    return wanting if (set(exp.denied) - actual["denied"]) & needing else set()
