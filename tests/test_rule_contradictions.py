@@ -187,7 +187,7 @@ def _crossing_overrides(second: dict[str, Any]) -> dict[str, Any]:
                 "rules": {"gpu-shm": {"minSize": "32Gi"}},
             },
             {"name": "small-shm", **second, "rules": {"gpu-shm": {"maxSize": "16Gi"}}},
-        ]
+        ],
     }
 
 

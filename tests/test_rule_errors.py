@@ -47,7 +47,8 @@ def valid_rules(draw: st.DrawFn) -> dict[str, Any]:
     budgets = [
         {
             "name": f"budget-{i}",
-            "namespaces": draw(st.lists(ODD_TEXT | NAMES, min_size=1, max_size=3)),
+            # Each budget its own namespaces: two over the same ones contradict each other.
+            "namespaces": [f"team-{i}", *draw(st.lists(ODD_TEXT | NAMES, max_size=2))],
             "limits": {"nvidia.com/gpu": draw(st.integers(1, 64))},
         }
         for i in range(draw(st.integers(0, 3)))
