@@ -92,7 +92,9 @@ def test_an_override_narrowing_the_allowed_classes_below_the_base_default_is_ref
     )
     (problem,) = refused(tmp_path)
     assert problem.startswith(f"{tmp_path}/r.yaml:")
-    assert "overrides.0.rules.gpu-priority-class.defaultClass: defaultClass 'gpu-batch'" in problem
+    assert (
+        "overrides.0.rules.gpu-priority-class.allowedClasses: defaultClass 'gpu-batch'" in problem
+    )
     assert "Fix: add gpu-batch to allowedClasses" in problem
 
 

@@ -196,3 +196,22 @@ def test_the_example_rule_file_gets_the_golden_lines_and_the_docs_show_them(
     page = (Path(__file__).parent.parent / "docs" / "writing-rules.md").read_text()
     shown = page.split("```text\n", 1)[1].split("```", 1)[0]
     assert [line.strip() for line in shown.splitlines() if line.strip()] == expected.splitlines()
+
+
+def test_settings_that_cannot_hold_together_get_the_golden_lines_and_the_docs_show_them(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """tests/rule_errors/contradictions holds a rule file whose settings are each valid but
+    cannot hold together, and a test case naming a rule that does not exist: `rules check`
+    names every one at once, each at its line and column with its fix, as the page shows."""
+    from webhook.cli import main
+
+    folder = EXAMPLE / "contradictions"
+    monkeypatch.chdir(folder)
+    assert main(["rules", "check", "rules"]) == 1
+    printed = capsys.readouterr().out
+    expected = (folder / "expected.txt").read_text()
+    assert printed == expected
+    page = (Path(__file__).parent.parent / "docs" / "writing-rules.md").read_text()
+    shown = page.split("```text\n")[2].split("```", 1)[0]
+    assert [line.strip() for line in shown.splitlines() if line.strip()] == expected.splitlines()

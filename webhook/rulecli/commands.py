@@ -115,6 +115,8 @@ def check(
     them the rules leave out."""
     loaded = _load(folder, out)
     if loaded is None:
+        for problem in _case_problems(folder):  # every problem at once, the cases' too
+            print(problem, file=out)
         return 1
     ties = conflicts(loaded.rules)
     for tie in ties:

@@ -6,8 +6,8 @@ webhook judges both, `export` writes a ResourceQuota for each), or two overrides
 one namespace and cross there (one's gpu-shm minSize above the other's maxSize; one's
 defaultClass outside the other's allowedClasses). The loader refuses such a set as it refuses
 a typo, so `rules check` fails and a hot reload keeps the rules in service. What a single
-rule's own settings must agree on (a defaultClass outside its own allowedClasses) is the rule
-model's validator, which also checks each override laid over the base.
+rule's own settings must agree on (a defaultClass outside its own allowedClasses) is
+checked here too, in the base rules and with each override laid over them.
 
 Overrides cross in a namespace only where both apply: the names the overrides write out are
 checked always, and, given the cluster's namespaces and their labels (`rules check
@@ -24,10 +24,17 @@ from webhook.namepatterns import is_pattern
 from webhook.ruleset.models import RuleSet
 from webhook.ruleset.resolve import applicable, matchers, merge
 
-__all__ = ["CROSSING_RULES", "contradictions", "crossing_overrides", "duplicate_budgets"]
+__all__ = [
+    "CROSSING_RULES",
+    "contradictions",
+    "crossing_overrides",
+    "default_outside_allowed",
+    "duplicate_budgets",
+]
 
 # Rules whose settings can cross when two overrides are laid on each other (`resolve.merge`).
 CROSSING_RULES = frozenset({"gpu-shm", "gpu-priority-class"})
+_PRIORITY = "gpu-priority-class"
 
 
 def duplicate_budgets(rules: RuleSet) -> list[Problem]:
@@ -60,6 +67,38 @@ def duplicate_budgets(rules: RuleSet) -> list[Problem]:
                 )
             )
     return found
+
+
+def _outside(default: object, allowed: object) -> bool:
+    return bool(default) and isinstance(allowed, list) and bool(allowed) and default not in allowed
+
+
+def default_outside_allowed(rules: RuleSet) -> list[Problem]:
+    """A gpu-priority-class defaultClass outside its allowedClasses, in the base rules or
+    once an override is laid over them: the default would be injected into every GPU pod
+    that names no class, and then denied."""
+    base = rules.rules.gpu_priority_class.model_dump(by_alias=True)
+    found = []
+    if _outside(base["defaultClass"], base["allowedClasses"]):
+        found.append((("rules", _PRIORITY, "defaultClass"), base))
+    for i, override in enumerate(rules.overrides):
+        mine = override.rules.get(_PRIORITY, {})
+        laid = {**base, **mine}
+        if _outside(laid["defaultClass"], laid["allowedClasses"]):
+            key = "defaultClass" if "defaultClass" in mine else "allowedClasses"
+            if key in mine:
+                found.append((("overrides", i, "rules", _PRIORITY, key), laid))
+    return [
+        Problem(
+            loc,
+            f"defaultClass {cfg['defaultClass']!r} is not in allowedClasses "
+            f"({', '.join(cfg['allowedClasses'])}): every GPU pod that names no class would "
+            "get it and then be denied",
+            f"add {cfg['defaultClass']} to allowedClasses, or set defaultClass to one of: "
+            + ", ".join(cfg["allowedClasses"]),
+        )
+        for loc, cfg in found
+    ]
 
 
 def _selection(namespaces: list[str], selector: bool) -> str:
@@ -122,4 +161,8 @@ def contradictions(
     rules: RuleSet, namespaces: Iterable[tuple[str, Mapping[str, str] | None]] = ()
 ) -> list[Problem]:
     """Every contradiction the loader refuses, each with its place and its fix."""
-    return [*duplicate_budgets(rules), *crossing_overrides(rules, namespaces)]
+    return [
+        *default_outside_allowed(rules),
+        *duplicate_budgets(rules),
+        *crossing_overrides(rules, namespaces),
+    ]

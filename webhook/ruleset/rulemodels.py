@@ -239,21 +239,6 @@ class PriorityRule(RuleModel):
     allowed_classes: list[str] = Field(default_factory=list)
     when_unknown: WhenUnknown = "allow"
 
-    @model_validator(mode="after")
-    def _default_is_allowed(self) -> PriorityRule:
-        """A default outside the allowed list is injected and then denied: every GPU pod that
-        names no class would be refused."""
-        default, allowed = self.default_class, self.allowed_classes
-        if default and allowed and default not in allowed:
-            raise Invalid(
-                f"defaultClass {default!r} is not in allowedClasses ({', '.join(allowed)}): "
-                "every GPU pod that names no class would get it and then be denied",
-                f"add {default} to allowedClasses, or set defaultClass to one of: "
-                + ", ".join(allowed),
-                ("defaultClass",),
-            )
-        return self
-
 
 class ProvisionableShape(RuleModel):
     """A GPU node the cluster can create on demand (GKE node auto-provisioning, a managed node
