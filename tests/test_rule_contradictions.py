@@ -350,7 +350,8 @@ def test_check_with_the_cluster_names_allowed_and_default_classes_it_lacks(
     assert lines == [
         f"{tmp_path}/r.yaml:3:19: rules.gpu-priority-class.defaultClass: PriorityClass "
         "'gpu-nightly' does not exist in the cluster: it is never injected, so GPU pods that "
-        "name no class get none. Fix: create PriorityClass gpu-nightly (kubectl create "
+        "name no class get none (and are denied where allowedClasses is set). Fix: create "
+        "PriorityClass gpu-nightly (kubectl create "
         f"priorityclass gpu-nightly --value=N), or name a class that exists ({have})",
         f"{tmp_path}/r.yaml:4:35: rules.gpu-priority-class.allowedClasses.1: PriorityClass "
         "'gpu-nightly' does not exist in the cluster: GPU pods that name it are denied for "

@@ -48,7 +48,8 @@ def _missing_classes(rules: RuleSet, source: FactsSource) -> list[Problem]:
         if name in existing:
             continue
         harm = (
-            "it is never injected, so GPU pods that name no class get none"
+            "it is never injected, so GPU pods that name no class get none (and are denied "
+            "where allowedClasses is set)"
             if is_default
             else "GPU pods that name it are denied for naming a class that does not exist"
         )
