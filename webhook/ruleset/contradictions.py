@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from webhook.modelerrors import Problem
 from webhook.namepatterns import is_pattern
@@ -78,7 +79,7 @@ def default_outside_allowed(rules: RuleSet) -> list[Problem]:
     once an override is laid over them: the default would be injected into every GPU pod
     that names no class, and then denied."""
     base = rules.rules.gpu_priority_class.model_dump(by_alias=True)
-    found = []
+    found: list[tuple[tuple[str | int, ...], dict[str, Any]]] = []
     if _outside(base["defaultClass"], base["allowedClasses"]):
         found.append((("rules", _PRIORITY, "defaultClass"), base))
     for i, override in enumerate(rules.overrides):
