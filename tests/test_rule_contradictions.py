@@ -119,6 +119,25 @@ def test_two_budgets_over_one_namespace_and_resource_are_refused_at_the_second(
     ]
 
 
+def test_export_writes_no_quotas_for_one_namespace_budgeted_twice(tmp_path: Path) -> None:
+    (tmp_path / "r.yaml").write_text(
+        _budgets(
+            {"name": "ml", "namespaces": ["ml-team"], "limits": {"nvidia.com/gpu": 16}},
+            {"name": "ml-h100", "namespaces": ["ml-team"], "limits": {"nvidia.com/gpu": 8}},
+        )
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "webhook", "export", "--rules", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert f"{tmp_path}/r.yaml:13:9: rules.gpu-quota.budgets.1.limits" in result.stderr
+
+
 def test_the_same_budget_in_two_files_is_refused_in_the_later_file(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text(
         _budgets({"name": "ml", "namespaces": ["ml-team"], "limits": {"nvidia.com/gpu": 16}})
