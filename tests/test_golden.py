@@ -16,7 +16,8 @@ A case folder holds:
   cluster-aware rules do not run (the webhook started with no source of facts).
 - `expected.yaml`: `allowed`; `denied`, `warned` and optionally `audited` (rule ids);
   `unchanged: true` (no patch) or `mutated` (the whole object after the patch); `messages`
-  (strings found in the denial message and warnings); `unreadable` (the field path of an
+  (strings found in the denial message and warnings); `absent` (strings never found there: a
+  Fix that must not send anyone somewhere that leads nowhere); `unreadable` (the field path of an
   object the engine refuses to read).
 """
 
@@ -98,6 +99,7 @@ class Case:
     rules: Path | None = None  # the case's own rules.yaml
     cluster: Path | None = None  # the case's cluster.yaml
     messages: list[str] = field(default_factory=list)
+    absent: list[str] = field(default_factory=list)
 
     @property
     def namespace(self) -> str:
@@ -134,6 +136,7 @@ def load_case(path: Path) -> Case:
         rules=rules if rules.exists() else None,
         cluster=cluster if cluster.exists() else None,
         messages=list(expected.get("messages", [])),
+        absent=list(expected.get("absent", [])),
     )
 
 
@@ -213,6 +216,8 @@ def test_golden_case_is_decided_as_expected(path: Path) -> None:
     text = _text(decision)
     for message in case.messages:
         assert message in text
+    for message in case.absent:
+        assert message not in text, text
     # The patch never breaks the schema: the result has no error the input did not have
     # (KServe's predictor with only a `model` is not a full PodSpec on its own).
     if decision.patch:

@@ -47,7 +47,8 @@ def valid_rules(draw: st.DrawFn) -> dict[str, Any]:
     budgets = [
         {
             "name": f"budget-{i}",
-            "namespaces": draw(st.lists(ODD_TEXT | NAMES, min_size=1, max_size=3)),
+            # Each budget its own namespaces: two over the same ones contradict each other.
+            "namespaces": [f"team-{i}", *draw(st.lists(ODD_TEXT | NAMES, max_size=2))],
             "limits": {"nvidia.com/gpu": draw(st.integers(1, 64))},
         }
         for i in range(draw(st.integers(0, 3)))
@@ -194,8 +195,32 @@ def test_the_example_rule_file_gets_the_golden_lines_and_the_docs_show_them(
     assert printed == expected
     page = (Path(__file__).parent.parent / "docs" / "writing-rules.md").read_text()
     shown = page.split("```text\n", 1)[1].split("```", 1)[0]
-    # The page wraps each line to fit the site's code width: a line indented deeper than the
-    # block continues the one above it.
+    assert _shown_lines(shown) == expected.splitlines()
+
+
+def test_settings_that_cannot_hold_together_get_the_golden_lines_and_the_docs_show_them(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """tests/rule_errors/contradictions holds a rule file whose settings are each valid but
+    cannot hold together, and a test case naming a rule that does not exist: `rules check`
+    names every one at once, each at its line and column with its fix, as the page shows."""
+    from webhook.cli import main
+
+    folder = EXAMPLE / "contradictions"
+    monkeypatch.chdir(folder)
+    assert main(["rules", "check", "rules"]) == 1
+    printed = capsys.readouterr().out
+    expected = (folder / "expected.txt").read_text()
+    assert printed == expected
+    page = (Path(__file__).parent.parent / "docs" / "writing-rules.md").read_text()
+    shown = page.split("```text\n")[2].split("```", 1)[0]
+    assert _shown_lines(shown) == expected.splitlines()
+
+
+def _shown_lines(shown: str) -> list[str]:
+    """The lines of a block on the page, each wrapped line joined back: the page wraps each
+    line to fit the site's code width, and a line indented deeper than the block continues the
+    one above it."""
     block = [line for line in shown.splitlines() if line.strip()]
     indent = len(block[0]) - len(block[0].lstrip())
     lines: list[str] = []
@@ -204,4 +229,4 @@ def test_the_example_rule_file_gets_the_golden_lines_and_the_docs_show_them(
             lines[-1] += " " + line.strip()
         else:
             lines.append(line.strip())
-    assert lines == expected.splitlines()
+    return lines

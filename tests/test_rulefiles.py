@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from webhook.ruleset import resolve
 from webhook.ruleset.files import RuleFileError, load_rules, load_rules_with_sources
@@ -422,7 +423,11 @@ def test_two_overrides_that_cross_in_one_namespace_keep_the_cap_and_say_so(
         "  - {name: a, namespaces: [ml], rules: {gpu-shm: {minSize: 4Gi}}}\n"
         "  - {name: b, namespaces: ['ml*'], rules: {gpu-shm: {maxSize: 2Gi}}}\n"
     )
-    rules = load_rules(_folder(tmp_path, **{"a.yaml": text}))
+    # Named in the overrides, the namespace where they cross is seen at load: refused there.
+    with pytest.raises(RuleFileError, match=r"a\.yaml:3:\d+: overrides\.1\.rules\.gpu-shm"):
+        load_rules(_folder(tmp_path, **{"a.yaml": text}))
+    # Where the loader cannot see them meet (a namespace only the cluster has), the cap holds.
+    rules = RuleSet.model_validate(yaml.safe_load(text))
     resolved = resolve.resolve(rules, "ml")
     shm = resolved.rules.rules.gpu_shm
     assert (shm.min_size, shm.max_size) == ("2Gi", "2Gi")

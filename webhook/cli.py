@@ -124,7 +124,14 @@ def _rules(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
-        return rulecli.test(folder, cases, sys.stdout)
+        facts = None
+        if args.cluster_snapshot:
+            try:
+                facts = load_snapshot(args.cluster_snapshot)
+            except SnapshotError as exc:
+                print(f"gpu-admission: {exc}", file=sys.stderr)
+                return 2
+        return rulecli.test(folder, cases, sys.stdout, facts)
     return rulecli.explain(folder, args.namespace, _labels(args.labels), sys.stdout)
 
 
@@ -371,6 +378,10 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         help="case file or folder (repeatable; default: the tests/ folder beside the rules)",
+    )
+    tst.add_argument(
+        "--cluster-snapshot",
+        help="cluster facts for every case whose file or case names no clusterSnapshot",
     )
     hooks = rules_sub.add_parser(
         "webhooks", help="print the webhook configurations that route this rule set's kinds"

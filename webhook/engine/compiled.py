@@ -62,7 +62,9 @@ class CompiledRules:
         self.modes: Mapping[str, Mode] = modes
         active = tuple((v, modes[v.rule]) for v in VALIDATIONS if modes[v.rule] is not Mode.OFF)
         self.validations: tuple[tuple[Validation, Mode], ...] = active
-        self.offline_validations = tuple((v, m) for v, m in active if not v.needs_cluster)
+        self.offline_validations = tuple(
+            (v, m) for v, m in active if not v.needs_cluster or v.offline_part
+        )
         # For reports: rules that judge every object, and those among them needing facts.
         self.active_rules = tuple(v.rule for v, _ in active)
         self.cluster_rules = tuple(v.rule for v, _ in active if v.needs_cluster)

@@ -113,6 +113,11 @@ class StaticSnapshot:
     def node_index(self) -> NodeIndex:
         return self._nodes
 
+    def namespace_labels(self) -> dict[str, dict[str, str]]:
+        """Every namespace the snapshot lists, with its labels (`rules check` looks for
+        overrides that cross in one of them)."""
+        return {k: dict(v) for k, v in self._namespaces.items()}
+
     def webhook_seconds(self) -> float | None:
         """The longest the validating webhooks on pods may take; None: unknown."""
         return self._webhooks.longest() if self._webhooks is not None else None

@@ -10,13 +10,15 @@ from typing import Any, TextIO
 
 from webhook.engine.compiled import compile_rules
 from webhook.facts.model import FactsSource
+from webhook.facts.static import StaticSnapshot
 from webhook.namepatterns import matches_any
 from webhook.rulecli.cases import load_cases, run_case
+from webhook.rulecli.clusterchecks import cluster_problems
 from webhook.rulecli.clusternotes import cluster_notes
 from webhook.rulecli.exemptnotes import exemption_notes, partial_exemptions
 from webhook.rulecli.webhooks import render_webhooks
 from webhook.ruleset.components import CLUSTER_NAMESPACES
-from webhook.ruleset.files import LoadedRules, RuleFileError, load_rules_with_sources
+from webhook.ruleset.files import LoadedRules, RuleFileError, load_rules_with_sources, located
 from webhook.ruleset.models import Override, RuleSet
 from webhook.ruleset.quotas import QuotasIn, budget_plans, disagreements
 from webhook.ruleset.resolve import resolve
@@ -113,13 +115,19 @@ def check(
     them the rules leave out."""
     loaded = _load(folder, out)
     if loaded is None:
+        for problem in _case_problems(folder):  # every problem at once, the cases' too
+            print(problem, file=out)
         return 1
     ties = conflicts(loaded.rules)
     for tie in ties:
         print(f"{folder}: {tie}", file=out)
-    if ties:
-        return 1
     rs = loaded.rules
+    refused = located(cluster_problems(rs, cluster), loaded, folder) if cluster is not None else []
+    refused += _case_problems(folder)
+    for problem in refused:
+        print(problem, file=out)
+    if ties or refused:
+        return 1
     for line in exemption_notes(rs):
         print(f"note: {folder}: {line}", file=out)
     if rs.workloads:
@@ -147,6 +155,15 @@ def check(
     return 0
 
 
+def _case_problems(folder: Path | None) -> list[str]:
+    """What is wrong in the folder's own test cases (tests/): a case that names a rule that
+    does not exist can only ever fail, so the rule set is not ready either."""
+    tests = folder / "tests" if folder is not None else None
+    if tests is None or not tests.is_dir():
+        return []
+    return load_cases(sorted(tests.rglob("*.yaml")))[1]
+
+
 def webhooks(folder: Path | None, out: TextIO, err: TextIO, dest: Path | None = None) -> int:
     """The webhook configurations routing this rule set's kinds (stdout or `dest`)."""
     loaded = _load(folder, err)
@@ -160,15 +177,19 @@ def webhooks(folder: Path | None, out: TextIO, err: TextIO, dest: Path | None = 
     return 0
 
 
-def test(folder: Path | None, cases: list[Path], out: TextIO) -> int:
+def test(
+    folder: Path | None, cases: list[Path], out: TextIO, cluster: StaticSnapshot | None = None
+) -> int:
+    """Run the cases; `cluster` is the facts of every case whose file names none. A case that
+    failed for want of facts is said as not checked, and fails nothing."""
     loaded = _load(folder, out)
     if loaded is None:
         return 1
     files = sorted(p for c in cases for p in (c.rglob("*.yaml") if c.is_dir() else [c]))
-    found, problems = load_cases(files)
+    found, problems = load_cases(files, cluster)
     for problem in problems:
         print(f"ERROR {problem}", file=out)
-    passed = 0
+    passed = unchecked = 0
     rules = {"folder": compile_rules(loaded.rules)}
     said: set[str] = set()
     for item in found:
@@ -178,16 +199,26 @@ def test(folder: Path | None, cases: list[Path], out: TextIO) -> int:
             print(f"{source}: against the built-in defaults (ruleSet: built-in)", file=out)
         if item.rule_set not in rules:
             rules[item.rule_set] = compile_rules(RuleSet())
-        result = run_case(source, case, rules[item.rule_set])
+        result = run_case(source, case, rules[item.rule_set], item.facts)
         if result.passed:
             passed += 1
             print(f"PASS {case.name}", file=out)
+        elif result.unchecked:
+            unchecked += 1
+            print(f"SKIP {case.name} ({source}): not checked (no cluster facts)", file=out)
+            for failure in result.failures:
+                print(f"  {failure}", file=out)
+            print(
+                "  give the case or its file a clusterSnapshot, or run with --cluster-snapshot",
+                file=out,
+            )
         else:
             print(f"FAIL {case.name} ({source})", file=out)
             for failure in result.failures:
                 print(f"  {failure}", file=out)
-    failed = len(found) - passed
-    print(f"{passed} passed, {failed} failed", file=out)
+    failed = len(found) - passed - unchecked
+    skipped = f", {unchecked} not checked (no cluster facts)" if unchecked else ""
+    print(f"{passed} passed, {failed} failed{skipped}", file=out)
     if problems:
         return 2  # a case file that could not be read: as the audit says an input error
     return 0 if failed == 0 and found else 1

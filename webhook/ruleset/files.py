@@ -22,6 +22,7 @@ import yaml
 from pydantic import ValidationError
 
 from webhook.modelerrors import Problem, problems
+from webhook.ruleset.contradictions import contradictions
 from webhook.ruleset.linetree import LineTree
 from webhook.ruleset.models import RuleSet
 from webhook.yamlinput import deeper_than_at, syntax_error, unreadable
@@ -32,6 +33,8 @@ __all__ = [
     "Where",
     "load_rules",
     "load_rules_with_sources",
+    "located",
+    "located_in",
     "rule_files",
 ]
 
@@ -455,10 +458,30 @@ def load_rules_with_sources(folder: Path | str | None) -> LoadedRules:
         raise RuleFileError(unread)
     lines = tree.flat()
     try:
-        return LoadedRules(RuleSet.model_validate(merged), lines)
+        rules = RuleSet.model_validate(merged)
     except ValidationError as exc:
         found = problems(exc.errors(include_url=False), RuleSet)
         raise RuleFileError(_report(found, lines, folder)) from None
+    crossed = contradictions(rules)  # each setting valid, the whole not
+    if crossed:
+        raise RuleFileError(_report(crossed, lines, folder))
+    return LoadedRules(rules, lines)
+
+
+def located(found: list[Problem], loaded: LoadedRules, folder: Path | None) -> list[str]:
+    """`file:line:col: problem` for problems found in a loaded rule set (the cluster's part
+    of `rules check`), in the order an editor walks them."""
+    return _report(found, loaded.lines, folder or Path("the built-in defaults"))
+
+
+def located_in(path: Path, found: list[Problem]) -> list[str]:
+    """`file:line:col: problem` for problems of another YAML file read with the same rules
+    (a test case file): where each is written, or the file alone when it cannot be placed."""
+    try:
+        lines = next((t for _, _, t in _documents(_read(path), str(path))), {})
+    except (_Refused, yaml.YAMLError, OSError, UnicodeDecodeError):
+        lines = {}
+    return _report(found, lines, path)
 
 
 def _readable(exc: OSError | UnicodeDecodeError) -> str:

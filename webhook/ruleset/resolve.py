@@ -16,7 +16,16 @@ from webhook.quantity import parse_quantity
 from webhook.ruleset.models import Override, RuleSet, RuleSettings
 from webhook.selectors import LabelSelector
 
-__all__ = ["Matchers", "OverrideMatcher", "Resolved", "applicable", "matchers", "merge", "resolve"]
+__all__ = [
+    "Crossing",
+    "Matchers",
+    "OverrideMatcher",
+    "Resolved",
+    "applicable",
+    "matchers",
+    "merge",
+    "resolve",
+]
 
 
 class OverrideMatcher:
@@ -122,12 +131,25 @@ def applicable(
 
 
 @dataclass(frozen=True)
+class Crossing:
+    """Two settings of one rule that cannot hold together once the overrides of a namespace
+    are laid on each other (each override fits the base rules on its own): the rule, the
+    settings, and the sentence `rules explain` and `rules check` say."""
+
+    rule: str
+    settings: tuple[str, ...]
+    text: str
+
+
+@dataclass(frozen=True)
 class Resolved:
-    """The effective rule set for one namespace, and which override set each setting."""
+    """The effective rule set for one namespace, and which override set each setting.
+    `conflicts` holds every conflict's sentence, `crossings` those of settings that cross."""
 
     rules: RuleSet
     origin: dict[tuple[str, str], str]
     conflicts: tuple[str, ...]
+    crossings: tuple[Crossing, ...] = ()
 
 
 def merge(ruleset: RuleSet, shape: tuple[int, ...], namespace: str = "") -> Resolved:
@@ -140,37 +162,63 @@ def merge(ruleset: RuleSet, shape: tuple[int, ...], namespace: str = "") -> Reso
     conflicts: list[str] = []
     for override in (ruleset.overrides[i] for i in shape):
         _layer(override, merged, origin, rank_of, conflicts, namespace)
-    _cap_shm(merged, origin, conflicts, namespace)
+    crossings = [
+        c
+        for c in (_cap_shm(merged, origin, namespace), _default_allowed(merged, origin, namespace))
+        if c
+    ]
+    conflicts += [c.text for c in crossings]
     rules = ruleset.model_copy(
         update={"rules": RuleSettings.model_validate(merged), "overrides": []}
     )
-    return Resolved(rules, origin, tuple(conflicts))
+    return Resolved(rules, origin, tuple(conflicts), tuple(crossings))
+
+
+def _said(origin: dict[tuple[str, str], str], rule: str, key: str) -> str:
+    name = origin.get((rule, key))
+    return f"override {name!r}" if name else "the base rules"
 
 
 def _cap_shm(
-    merged: dict[str, dict[str, object]],
-    origin: dict[tuple[str, str], str],
-    conflicts: list[str],
-    namespace: str,
-) -> None:
+    merged: dict[str, dict[str, object]], origin: dict[tuple[str, str], str], namespace: str
+) -> Crossing | None:
     """Each override is checked against the base rules at load, but two that both apply here
     may still cross: one raises minSize above the maxSize the other sets. The cap holds
-    (minSize comes down to maxSize), and it is a conflict `rules explain` shows, never a
-    review that fails."""
+    (minSize comes down to maxSize), and it is a conflict `rules explain` shows and `rules
+    check` refuses where it can see the namespace, never a review that fails."""
     shm = merged["gpu-shm"]
     low, high = str(shm["minSize"]), str(shm["maxSize"])
     if parse_quantity(low) <= parse_quantity(high):
-        return
-
-    def said(key: str) -> str:
-        name = origin.get(("gpu-shm", key))
-        return f"override {name!r}" if name else "the base rules"
-
-    conflicts.append(
-        f"gpu-shm.minSize {low} ({said('minSize')}) is above gpu-shm.maxSize {high} "
-        f"({said('maxSize')}) for namespace {namespace}; maxSize holds"
-    )
+        return None
     shm["minSize"] = high
+    return Crossing(
+        "gpu-shm",
+        ("minSize", "maxSize"),
+        f"gpu-shm.minSize {low} ({_said(origin, 'gpu-shm', 'minSize')}) is above gpu-shm.maxSize "
+        f"{high} ({_said(origin, 'gpu-shm', 'maxSize')}) for namespace {namespace}; maxSize holds",
+    )
+
+
+def _default_allowed(
+    merged: dict[str, dict[str, object]], origin: dict[tuple[str, str], str], namespace: str
+) -> Crossing | None:
+    """One override's defaultClass outside another's allowedClasses: the default would be
+    injected and then denied. It is not injected (a pod that names no class is told which
+    classes are allowed), and it is a conflict, as for gpu-shm."""
+    rule = "gpu-priority-class"
+    cfg = merged[rule]
+    default, allowed = cfg["defaultClass"], cfg["allowedClasses"]
+    if not default or not isinstance(allowed, list) or not allowed or default in allowed:
+        return None
+    cfg["defaultClass"] = ""
+    return Crossing(
+        rule,
+        ("defaultClass", "allowedClasses"),
+        f"{rule}.defaultClass {default!r} ({_said(origin, rule, 'defaultClass')}) is not in "
+        f"{rule}.allowedClasses ({', '.join(map(str, allowed))}; "
+        f"{_said(origin, rule, 'allowedClasses')}) for namespace {namespace}; no default is "
+        "injected",
+    )
 
 
 def _layer(

@@ -45,6 +45,9 @@ class Validation:
     # Needs cluster facts: not run at all when there is no source of them (an offline audit
     # reports these rules as not checked); stale facts are each rule's whenUnknown to handle.
     needs_cluster: bool = False
+    # Part of it needs no facts (an allowed list): that part runs without them too, and the
+    # check itself leaves what needs the cluster unjudged when `ctx.facts` is None.
+    offline_part: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +83,11 @@ VALIDATIONS: tuple[Validation, ...] = (
     Validation("gpu-shm", shm.runtime_shm_unknown, gpu_only=True),
     Validation("gpu-quota", quota.gpu_quota, gpu_only=True, needs_cluster=True),
     Validation(
-        "gpu-priority-class", priority.gpu_priority_class, gpu_only=True, needs_cluster=True
+        "gpu-priority-class",
+        priority.gpu_priority_class,
+        gpu_only=True,
+        needs_cluster=True,
+        offline_part=True,
     ),
     Validation("gpu-schedulable", schedulable.gpu_schedulable, gpu_only=True, needs_cluster=True),
 )

@@ -36,18 +36,43 @@ def inject_priority_class(spec: dict[str, Any], pod: PodView, ctx: Context) -> b
     return True
 
 
+def _choices(allowed: list[str], ctx: Context) -> str:
+    """The classes a pod may switch to: allowed, and (when the cluster is known) existing, so
+    the Fix never names a class that would be denied next for not existing."""
+    facts, _ = trusted_facts(ctx)
+    if facts is None:
+        return f"one of: {', '.join(allowed)}"
+    existing = [c for c in allowed if facts.priority_class(c) is not None]
+    if existing:
+        return f"one of: {', '.join(existing)}"
+    return ""
+
+
+def _none_exist(field: str, allowed: list[str]) -> str:
+    return (
+        f"none of the allowed classes ({', '.join(allowed)}) exists in the cluster, so no value "
+        f"of {field} is admitted yet: ask the platform team to create one of them, or to allow "
+        "a class that exists"
+    )
+
+
 def gpu_priority_class(pod: PodView, ctx: Context) -> Iterator[Finding]:
+    """The allowed list and the system-class guard need no facts and run without them (an
+    offline audit, `rules test` without a snapshot); whether the class exists needs the
+    cluster, and without facts at all it is left unjudged."""
     cfg = ctx.settings.gpu_priority_class
     name = pod.spec.get("priorityClassName") or ""
     field = f"{pod.field_path}.priorityClassName"
     allowed = cfg.allowed_classes
+    choices = _choices(allowed, ctx) if allowed else ""
+    to = f"set {field} to {choices}" if choices else _none_exist(field, allowed)
     if not name:
         if allowed:
             yield Finding(
                 rule=RULE,
                 summary=f"{RULE}: GPU pod names no priorityClassName; expected one of "
                 + ", ".join(allowed),
-                fix=f"set {field} to one of: {', '.join(allowed)}",
+                fix=to,
                 field=field,
             )
         return
@@ -56,8 +81,7 @@ def gpu_priority_class(pod: PodView, ctx: Context) -> Iterator[Finding]:
             rule=RULE,
             summary=f"{RULE}: priorityClassName {name!r} is reserved for system components",
             fix=(
-                f"set {field} to "
-                + (f"one of: {', '.join(allowed)}" if allowed else "a non-system class")
+                (to if allowed else f"set {field} to a non-system class")
                 + "; system classes would let GPU jobs preempt cluster-critical pods"
             ),
             field=field,
@@ -67,10 +91,12 @@ def gpu_priority_class(pod: PodView, ctx: Context) -> Iterator[Finding]:
         yield Finding(
             rule=RULE,
             summary=f"{RULE}: priorityClassName {name!r} is not allowed in {ctx.namespace}",
-            fix=f"set {field} to one of: {', '.join(allowed)}",
+            fix=to,
             field=field,
         )
         return
+    if ctx.facts is None:
+        return  # offline: whether the class exists is not known, and not judged
     facts, reason = trusted_facts(ctx)
     if facts is None:
         yield unknown_facts(RULE, cfg.when_unknown, reason, field)
@@ -79,9 +105,16 @@ def gpu_priority_class(pod: PodView, ctx: Context) -> Iterator[Finding]:
         existing = sorted(
             pc.name for pc in facts.priority_classes.values() if not pc.name.startswith("system-")
         )
+        if allowed:
+            existing = [c for c in allowed if facts.priority_class(c) is not None]
+        fix = (
+            f"set {field} to an existing class: {', '.join(existing)}"
+            if existing
+            else (_none_exist(field, allowed) if allowed else f"create PriorityClass {name}")
+        )
         yield Finding(
             rule=RULE,
             summary=f"{RULE}: priorityClassName {name!r} does not exist in the cluster",
-            fix=f"set {field} to an existing class: {', '.join(existing) or '(none defined)'}",
+            fix=fix,
             field=field,
         )

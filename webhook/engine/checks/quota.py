@@ -92,7 +92,8 @@ def _product_fix(
     ctx: Context,
     product: str,
     name: str,
-    left: Amount,
+    used: Amount,
+    cap: Amount,
     budget: QuotaBudget,
     others: list[str],
     where: str,
@@ -102,6 +103,7 @@ def _product_fix(
     A pod that never named the product is told why the cap applies to it at all.
     """
     scope = f"{name} on {product}"
+    left = cap - used if cap > used else 0
     node = pod.spec.get("nodeName")
     pin = ""
     if node:
@@ -112,10 +114,15 @@ def _product_fix(
             f"set {pod.field_path}.nodeSelector {GPU_PRODUCT_LABEL}: {others[0]}{more} to run "
             "elsewhere, or "
         )
-    rest = (
-        f"{pin}ask for at most {show(left)} {scope}, wait for running GPU pods in "
-        f"{where} to finish, or ask the platform team to raise budget {budget.name!r}"
-    )
+    if left > 0:
+        rest = (
+            f"{pin}ask for at most {show(left)} {scope}, wait for running GPU pods in "
+            f"{where} to finish, or ask the platform team to raise budget {budget.name!r}"
+        )
+    else:  # nothing left to ask for: asking less leads nowhere
+        rest = pin + _already_over(
+            f"budget {budget.name!r}", used, cap, scope, where, f"budget {budget.name!r}"
+        )
     if node:
         why = f"the pod names node {node} ({GPU_PRODUCT_LABEL}: {product})"
     elif pod_product(pod) != product:
@@ -213,17 +220,20 @@ def _over_budget(
         where = ctx.namespace if spread is None else spread.holders(name, prod)
         if prod:
             others = _alternatives(pod, name, per, total, usage, budget, facts.nodes)
-            fix = _product_fix(pod, ctx, prod, name, left, budget, others, where)
+            fix = _product_fix(pod, ctx, prod, name, used, cap, budget, others, where)
         elif claims.class_of_key(name):
             fix = _devices_fix(devices, claims.class_of_key(name), left, ctx) + (
                 f", or ask the platform team to raise budget {budget.name!r}"
             )
-        else:
+        elif left > 0:
             fix = (
                 f"ask for at most {show(left)} {scope}, wait for running GPU pods in "
                 f"{where} to finish, or ask the platform team to raise budget "
                 f"{budget.name!r}"
             )
+        else:
+            subject = f"namespace {ctx.namespace}" if spread is None else f"budget {budget.name!r}"
+            fix = _already_over(subject, used, cap, scope, where, f"budget {budget.name!r}")
         if spread is None:
             held = f"namespace {ctx.namespace} uses {show(used)} of {show(cap)} {scope}"
         else:
@@ -238,6 +248,19 @@ def _over_budget(
             field=f"{pod.field_path}.containers",
             advisory=ctx.kind != "Pod",  # controllers: their pods are judged when created
         )
+
+
+def _already_over(
+    subject: str, used: Amount, cap: Amount, scope: str, where: str, limit: str
+) -> str:
+    """The Fix for a namespace with nothing left: it is told it is already over (or at) the
+    cap and how to get under it, never to "ask for at most 0"."""
+    state = "over" if used > cap else "at"
+    return (
+        f"{subject} is already {state} the cap (uses {show(used)} of {show(cap)} {scope}): free "
+        f"GPUs in {where} (end or scale down GPU pods there) or ask the platform team to raise "
+        f"{limit}"
+    )
 
 
 def _never_fits(
@@ -305,9 +328,20 @@ def _native(pod: PodView, ctx: Context, ask: dict[str, Amount], facts: Facts) ->
                     f"{show(hard)} and {show(used)} are used; this asks {show(total)}"
                 ),
                 fix=(
-                    f"the API server will refuse this with 'exceeded quota: {quota.name}'. Ask "
-                    f"for at most {show(hard - used if hard > used else 0)} {name} or free GPUs in "
-                    f"{ctx.namespace}"
+                    f"the API server will refuse this with 'exceeded quota: {quota.name}'. "
+                    + (
+                        f"Ask for at most {show(hard - used)} {name} or free GPUs in "
+                        f"{ctx.namespace}"
+                        if hard > used
+                        else _already_over(
+                            f"namespace {ctx.namespace}",
+                            used,
+                            hard,
+                            name,
+                            ctx.namespace,
+                            f"ResourceQuota {quota.name}",
+                        )
+                    )
                 ),
                 field=f"{pod.field_path}.containers",
                 advisory=ctx.kind != "Pod",
@@ -323,6 +357,12 @@ def _devices_fix(
     lower = ", ".join(
         f"spec.spec.devices.requests[{d.index}] of ResourceClaimTemplate {d.template}" for d in mine
     )
+    if left <= 0:
+        return (
+            f"{where[0].upper()}{where[1:]}. None of class {device_class} is left in "
+            f"{ctx.namespace}: release claims of {device_class} devices there (end the pods "
+            "that hold them)"
+        )
     return (
         f"{where[0].upper()}{where[1:]}. Ask for at most {show(left)} device(s) of class "
         f"{device_class} in all (the count in {lower}), or wait for claims of {device_class} "
