@@ -7,9 +7,13 @@ the template or claim says which DeviceClass a request draws from, and only the 
 and marks the containers whose claims reach a GPU class as GPU containers (`asks_gpu`, with
 their `gpu_classes`), so every rule treats them as it treats `nvidia.com/gpu`.
 
-What is not known is not a GPU ask: no facts, a template or claim the facts lack, a class the
-cluster does not have (no finding: a guess would deny real pods). Such claims only keep the
-pod out of `gpu-toleration-without-gpu` (`may_ask_gpu`), since they may well be GPU claims.
+What is not known is not a GPU ask, and not "no GPU" either: no facts, a template or claim the
+facts lack (made in the same `kubectl apply`, or not seen by the watch yet), a class the
+cluster does not have. Such a container is marked `unresolved`: it is never denied for it (a
+guess would deny real pods), never given `NVIDIA_VISIBLE_DEVICES=void` (it may well be a GPU
+container), gets a warning naming the claim, and keeps the pod out of
+`gpu-toleration-without-gpu` (`may_ask_gpu`). GPU tolerations are added only for classes
+known to be GPU classes.
 """
 
 from __future__ import annotations
@@ -29,7 +33,6 @@ from webhook.facts.dra import (
     DraFacts,
     device_key,
 )
-from webhook.facts.model import Facts
 from webhook.quantity import Amount
 
 __all__ = [
@@ -84,27 +87,49 @@ def _requests(spec: ClaimSpec, request: str) -> Iterator[tuple[int, ClaimRequest
     return ((i, r) for i, r in enumerate(spec) if not wanted or r.name == wanted)
 
 
+def _known_as(claim: tuple[str, str, str]) -> str:
+    """What a pod claim names, for messages: 'ResourceClaimTemplate t' or 'ResourceClaim c'."""
+    _, template, existing = claim
+    return f"ResourceClaimTemplate {template}" if template else f"ResourceClaim {existing}"
+
+
 def _container_classes(
-    c: ContainerView, claims: dict[str, tuple[str, str, str]], rules: RulesInForce, dra: DraFacts
-) -> tuple[str, ...]:
+    c: ContainerView,
+    claims: dict[str, tuple[str, str, str]],
+    rules: RulesInForce,
+    dra: DraFacts | None,
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the GPU classes the container's claims reach, its claims whose class is not known)."""
     found: list[str] = []
+    unknown: list[str] = []
     for name, request in c.claims:
         claim = claims.get(name)
-        spec = _spec(claim, dra) if claim is not None else None
-        for _, req in _requests(spec or (), request):
+        if claim is None:
+            continue  # names no claim of the pod: the apiserver refuses the pod itself
+        spec = _spec(claim, dra)
+        if spec is None:
+            if claim[1] or claim[2]:
+                unknown.append(f'claim "{name}" ({_known_as(claim)})')
+            continue
+        for _, req in _requests(spec, request):
             for alt in req.alternatives:
-                if alt.device_class not in found and gpu_class(alt.device_class, rules, dra):
+                is_gpu = gpu_class(alt.device_class, rules, dra)
+                if is_gpu is None:
+                    text = f'claim "{name}" (DeviceClass {alt.device_class})'
+                    if text not in unknown:
+                        unknown.append(text)
+                elif is_gpu and alt.device_class not in found:
                     found.append(alt.device_class)
-    return tuple(found)
+    return tuple(found), tuple(unknown)
 
 
-def resolve(views: list[PodView], rules: RulesInForce, facts: Facts | None) -> list[PodView]:
-    """The views with every container whose claims reach a GPU class marked a GPU container.
+def resolve(views: list[PodView], rules: RulesInForce, dra: DraFacts | None) -> list[PodView]:
+    """The views with every container whose claims reach a GPU class marked a GPU container,
+    and every one whose claims' classes are not known marked `unresolved`.
 
     Pods without claims (nearly all) are returned as they are, at the cost of one test each.
     """
-    dra = facts.dra if facts is not None else None
-    if dra is None or not any(v.resource_claims for v in views):
+    if not any(v.resource_claims for v in views):
         return views
     out = []
     for view in views:
@@ -112,10 +137,14 @@ def resolve(views: list[PodView], rules: RulesInForce, facts: Facts | None) -> l
         containers = []
         changed = False
         for c in view.containers:
-            classes = _container_classes(c, claims, rules, dra) if c.claims else ()
-            if classes:
-                c = dataclasses.replace(c, asks_gpu=True, gpu_classes=classes)
-                changed = True
+            if c.claims:
+                classes, unknown = _container_classes(c, claims, rules, dra)
+                if classes or unknown:
+                    asks = c.asks_gpu or bool(classes)
+                    c = dataclasses.replace(
+                        c, asks_gpu=asks, gpu_classes=classes, unresolved=unknown
+                    )
+                    changed = True
             containers.append(c)
         if changed:
             view = dataclasses.replace(view, containers=tuple(containers))
@@ -126,7 +155,7 @@ def resolve(views: list[PodView], rules: RulesInForce, facts: Facts | None) -> l
 def may_ask_gpu(pod: PodView, ctx: Context) -> bool:
     """Whether some claim of the pod could hand out GPUs: it is a GPU claim, or what it draws
     from is not known. Only a claim whose every class is known and no GPU class is not."""
-    dra = ctx.facts.dra if ctx.facts is not None else None
+    dra = ctx.dra
     for claim in pod.resource_claims:
         spec = _spec(claim, dra)
         if spec is None:
@@ -171,7 +200,7 @@ def new_devices(pod: PodView, ctx: Context) -> list[NewDevices]:
 
     For `firstAvailable`, each class's largest alternative, as ResourceQuota counts it.
     """
-    dra = ctx.facts.dra if ctx.facts is not None else None
+    dra = ctx.dra
     if dra is None or not pod.resource_claims:
         return []
     # Who uses each claim, built once: a pod may hold thousands of claims and containers.
@@ -233,7 +262,7 @@ def tolerated_classes(index: int, classes: set[str], ctx: Context) -> bool:
     the class stands for (`extendedResourceName` matching the toleration's resources)."""
     names, drivers = ctx.rules.class_tolerations[index]
     _, resources = ctx.rules.tolerations[index]
-    known = ctx.facts.dra.device_classes if ctx.facts and ctx.facts.dra else None
+    known = ctx.dra.device_classes if ctx.dra is not None else None
     for name in classes:
         if names.matches(name):
             return True
