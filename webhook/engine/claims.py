@@ -63,7 +63,8 @@ def gpu_class(name: str, rules: RulesInForce, dra: DraFacts | None) -> bool | No
         return True if rules.gpu_class_names.matches(name) else None
     found = classes.get(name)
     if found is None:
-        return None
+        partial = dra is not None and dra.classes_partial
+        return True if partial and rules.gpu_class_names.matches(name) else None
     return rules.gpu_class_names.matches(name) or any(
         rules.gpu_drivers.matches(d) for d in found.drivers
     )

@@ -112,6 +112,9 @@ class DraFacts:
     # Devices DRA drivers publish, node -> driver -> count (`draslices`; "" for slices of
     # several nodes); None while ResourceSlices are unknown.
     node_devices: Mapping[str, Mapping[str, int]] | None
+    # True: `device_classes` lists some of the cluster's classes only (those of an audit's
+    # files, the cluster's own unknown): a class not there is judged by its name alone.
+    classes_partial: bool
 
     def __init__(
         self,
@@ -120,12 +123,14 @@ class DraFacts:
         claims: Mapping[str, ClaimSpec] | None,
         claim_devices: Mapping[str, Amount],
         node_devices: Mapping[str, Mapping[str, int]] | None = None,
+        classes_partial: bool = False,
     ) -> None:
         self.device_classes = device_classes
         self.templates = templates
         self.claims = claims
         self.claim_devices = claim_devices
         self.node_devices = node_devices
+        self.classes_partial = classes_partial
 
 
 # ---- readers ----------------------------------------------------------------------------
