@@ -15,6 +15,7 @@ import yaml
 from conftest import ROOT
 
 NS = "ml"
+AUDIT = (sys.executable, "-m", "webhook", "audit", "--rules", str(ROOT / "rules"), "-o", "json")
 VOID = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
 
 
@@ -86,9 +87,7 @@ def _audit(tmp_path: Path, *files: list[dict[str, Any]], args: tuple[str, ...] =
         path.write_text(yaml.safe_dump_all(docs))
         paths.append(str(path))
     done = subprocess.run(
-        [sys.executable, "-m", "webhook", "audit", "--rules", str(ROOT / "rules"), "-o", "json"]
-        + list(args)
-        + paths,
+        [*AUDIT, *args, *paths],
         capture_output=True,
         text=True,
         cwd=ROOT,

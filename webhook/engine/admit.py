@@ -185,8 +185,13 @@ def admit(
     if raw is not None:
         fast = not rules.might_apply(raw) and not (
             # GPU nodes without a GPU taint the rules name: a pod may land there with no
-            # marker in its bytes, so none takes the fast path.
-            facts is not None and untainted_gpu_nodes(facts.node_index(), rules.taint_keys)
+            # marker in its bytes, so none takes the fast path. Nor a pod asking a plain
+            # resource a DRA class serves (`extendedResourceName`), a GPU name by the facts.
+            facts is not None
+            and (
+                untainted_gpu_nodes(facts.node_index(), rules.taint_keys)
+                or any(name.encode() in raw for name in facts.served_names())
+            )
         )
         lap("prefilter")
         if fast:

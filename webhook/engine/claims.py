@@ -19,12 +19,14 @@ known to be GPU classes.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from webhook.engine.context import Context, RulesInForce
+from webhook.engine.fields import UnreadableObject
 from webhook.engine.podviews import ContainerView, PodView
 from webhook.facts.dra import (
+    IMPLICIT_PREFIX,
     MAX_ALLOCATION,
     QUOTA_SUFFIX,
     ClaimRequest,
@@ -33,7 +35,7 @@ from webhook.facts.dra import (
     DraFacts,
     device_key,
 )
-from webhook.quantity import Amount
+from webhook.quantity import Amount, QuantityError, parse_quantity, positive
 
 __all__ = [
     "MAX_ALLOCATION",
@@ -47,8 +49,6 @@ __all__ = [
     "resolve",
     "tolerated_classes",
 ]
-
-IMPLICIT_PREFIX = "deviceclass.resource.kubernetes.io/"  # a class's implicit resource name
 
 
 def gpu_class(name: str, rules: RulesInForce, dra: DraFacts | None) -> bool | None:
@@ -125,32 +125,122 @@ def _container_classes(
 
 
 def resolve(views: list[PodView], rules: RulesInForce, dra: DraFacts | None) -> list[PodView]:
-    """The views with every container whose claims reach a GPU class marked a GPU container,
-    and every one whose claims' classes are not known marked `unresolved`.
+    """The views with every container whose claims, or plain resources DRA serves (a class's
+    implicit `deviceclass.resource.kubernetes.io/<class>`, its `extendedResourceName`), reach a
+    GPU class marked a GPU container, and every one whose claims' or implicit resources'
+    classes are not known marked `unresolved`.
 
-    Pods without claims (nearly all) are returned as they are, at the cost of one test each.
+    Pods with neither (nearly all) are returned as they are, at the cost of a few tests each.
     """
-    if not any(v.resource_claims for v in views):
-        return views
+    served = _served_names(dra)
     out = []
     for view in views:
         claims = {claim[0]: claim for claim in view.resource_claims}
         containers = []
         changed = False
         for c in view.containers:
-            if c.claims:
+            classes: tuple[str, ...] = ()
+            unknown: tuple[str, ...] = ()
+            if c.claims and claims:
                 classes, unknown = _container_classes(c, claims, rules, dra)
-                if classes or unknown:
-                    asks = c.asks_gpu or bool(classes)
-                    c = dataclasses.replace(
-                        c, asks_gpu=asks, gpu_classes=classes, unresolved=unknown
-                    )
-                    changed = True
+            plain = _plain_asks(c, rules, dra, served)
+            if plain is not None:
+                c = plain
+                classes = (*c.gpu_classes, *(k for k in classes if k not in c.gpu_classes))
+                unknown = (*c.unresolved, *unknown)
+            if classes or unknown or plain is not None:
+                asks = c.asks_gpu or bool(classes)
+                c = dataclasses.replace(c, asks_gpu=asks, gpu_classes=classes, unresolved=unknown)
+                changed = True
             containers.append(c)
         if changed:
             view = dataclasses.replace(view, containers=tuple(containers))
         out.append(view)
     return out
+
+
+# The last DeviceClass map read, and the plain names its classes serve (`extendedResourceName`
+# -> class): classes change rarely, reviews are many. The map is replaced, never edited, on
+# a change, and kept here with its answer, so an identity test is enough.
+_SERVED: list[tuple[Mapping[str, DeviceClass] | None, dict[str, str]]] = [(None, {})]
+
+
+def _served_names(dra: DraFacts | None) -> dict[str, str]:
+    classes = dra.device_classes if dra is not None else None
+    if not classes:
+        return {}
+    last, names = _SERVED[0]
+    if last is not classes:
+        names = {
+            dc.extended_resource_name: n for n, dc in classes.items() if dc.extended_resource_name
+        }
+        _SERVED[0] = (classes, names)
+    return names
+
+
+def _plain_asks(
+    c: ContainerView, rules: RulesInForce, dra: DraFacts | None, served: dict[str, str]
+) -> ContainerView | None:
+    """The container with the plain resources DRA serves from GPU classes added to its GPU
+    asks (and those classes to `gpu_classes`); None when it asks for none."""
+    res = c.resources
+    limits, requests = res.get("limits"), res.get("requests")
+    names = [
+        n
+        for section in (limits, requests)
+        if isinstance(section, dict)
+        for n in section
+        if isinstance(n, str) and (n.startswith(IMPLICIT_PREFIX) or n in served)
+    ]
+    if not names:
+        return None
+    classes: list[str] = []
+    unknown: list[str] = []
+    extra: list[str] = []
+    for name in dict.fromkeys(names):
+        device_class = name[len(IMPLICIT_PREFIX) :] if name.startswith(IMPLICIT_PREFIX) else ""
+        if not device_class:
+            device_class = served[name]
+        is_gpu = gpu_class(device_class, rules, dra)
+        if is_gpu is None and rules.is_gpu(name):
+            is_gpu = True  # a GPU name by the rule set's own list
+        if is_gpu is None:
+            if name.startswith(IMPLICIT_PREFIX):
+                unknown.append(f"resource {name}")  # the name holds the class
+            continue
+        if not is_gpu:
+            continue
+        if device_class not in classes:
+            classes.append(device_class)
+        if not rules.is_gpu(name):
+            extra.append(name)
+    gl, gr = dict(c.gpu_limits), dict(c.gpu_requests)
+    rl, rr = dict(c.raw_gpu_limits), dict(c.raw_gpu_requests)
+    for name in extra:
+        for section, parsed, raw, key in (
+            (limits, gl, rl, "limits"),
+            (requests, gr, rr, "requests"),
+        ):
+            if isinstance(section, dict) and name in section:
+                try:
+                    parsed[name] = parse_quantity(section[name])
+                except QuantityError as exc:
+                    raise UnreadableObject(
+                        f'{c.resources_path}.{key}["{name}"]',
+                        f"{exc}; expected a Kubernetes quantity such as 1 or 2",
+                    ) from None
+                raw[name] = section[name]
+    asks = c.asks_gpu or any(positive(v) for v in (*gl.values(), *gr.values()))
+    return dataclasses.replace(
+        c,
+        gpu_limits=gl,
+        gpu_requests=gr,
+        raw_gpu_limits=rl,
+        raw_gpu_requests=rr,
+        asks_gpu=asks,
+        gpu_classes=(*c.gpu_classes, *(k for k in classes if k not in c.gpu_classes)),
+        unresolved=(*c.unresolved, *unknown),
+    )
 
 
 def may_ask_gpu(pod: PodView, ctx: Context) -> bool:

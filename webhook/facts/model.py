@@ -439,6 +439,11 @@ class FactsSource(Protocol):
         """The nodes alone, with no per-namespace work: the fast path asks on every request."""
         ...
 
+    def served_names(self) -> frozenset[str]:
+        """Plain resource names DRA DeviceClasses serve (`extendedResourceName`), with no
+        per-namespace work: the fast path must not pass a pod asking one of them."""
+        ...
+
 
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 

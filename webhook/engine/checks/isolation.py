@@ -286,11 +286,11 @@ def _unresolved(pod: PodView, ctx: Context, c: ContainerView) -> Finding:
         rule="visible-devices",
         summary=(f"visible-devices: {c.label()} uses {which}, not known: not voided, no GPU ask"),
         fix=(
-            f"nothing to change if the claim hands out no GPU ({VISIBLE_DEVICES} is left as "
-            "it is, GPU tolerations are not added). Otherwise create the "
-            "ResourceClaimTemplate or ResourceClaim (and its DeviceClass) before the pod, so "
-            "its GPUs are judged and no GPU toleration is missing; a class that hands out "
-            "GPUs under another name belongs in the rule set's gpuDeviceClasses"
+            f"nothing to change if it hands out no GPU ({VISIBLE_DEVICES} is left as it is, "
+            "no GPU toleration is added). Otherwise create the DeviceClass (and the "
+            "ResourceClaimTemplate or ResourceClaim) before the pod, so its GPUs are judged "
+            "and no GPU toleration is missing; a class that hands out GPUs under another name "
+            "belongs in the rule set's gpuDeviceClasses"
         ),
         field=f"{c.resources_path}.claims",
         advisory=True,
