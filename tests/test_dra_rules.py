@@ -51,7 +51,7 @@ def test_a_container_is_a_gpu_container_only_through_the_requests_it_uses() -> N
     views = claims.resolve(
         pod_views(obj, group="", kind="Pod", is_gpu=RULES.base.is_gpu),
         RULES.base,
-        source.facts_for("ml-team"),
+        source.facts_for("ml-team").dra,
     )
     assert [(c.name, c.asks_gpu, c.gpu_classes) for c in views[0].containers] == [
         ("trainer", True, ("gpu.nvidia.com",)),

@@ -70,7 +70,7 @@ END_TO_END = {
     "dra-device-class-extended-resource-schedulable",
     "dra-quota-native-devices-exceeded-denied",
     "dra-deployment-claim-template-patched",
-    "dra-claims-without-facts-not-denied",
+    "dra-claims-without-facts-warned-not-denied",
     # KServe runtimes read from the snapshot; a device plugin's denial
     "shm-kserve-runtime-provides-shm",
     "access-device-plugin-nvidia-in-user-namespace-denied",

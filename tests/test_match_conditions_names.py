@@ -37,3 +37,21 @@ def test_every_host_path_that_reaches_gpus_is_selected(pattern: str) -> None:
 @pytest.mark.parametrize("key", [t.key for t in RULES.rules.gpu_tolerations.tolerations])
 def test_every_gpu_taint_of_the_rule_files_is_selected(key: str) -> None:
     assert selects(KINDS["Pod"](_tolerates(key=key, operator="Exists"))) is True
+
+
+@pytest.mark.parametrize(
+    "device_class",
+    [
+        *RULES.gpu_device_classes.names,
+        # a class the facts alone tell a GPU class (its selector requires a GPU driver)
+        "h100-training",
+    ],
+)
+def test_every_implicit_dra_class_resource_is_selected(device_class: str) -> None:
+    """`deviceclass.resource.kubernetes.io/<class>`: the class's devices asked as a plain
+    resource (Kubernetes 1.34+). Only the webhook's facts tell every GPU class, so each is
+    sent; an amount of zero asks for nothing and is not."""
+    name = "deviceclass.resource.kubernetes.io/" + _sample(device_class)
+    for kind in ("Pod", "Deployment"):
+        assert selects(KINDS[kind](_limits(name, "1"))) is True, kind
+        assert selects(KINDS[kind](_limits(name, "0"))) is False, kind

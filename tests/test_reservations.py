@@ -49,6 +49,9 @@ class Snapshot:
     def node_index(self) -> NodeIndex:
         return NodeIndex()
 
+    def served_names(self) -> frozenset[str]:
+        return frozenset()
+
     def facts_for(self, namespace: str) -> Facts:
         usage = Usage(by_resource={GPU: Fraction(3)}, by_product={(GPU, H100): Fraction(3)})
         return Facts(namespace, {}, (), usage, {}, NodeIndex())

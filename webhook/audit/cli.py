@@ -95,7 +95,9 @@ def run_audit(args: argparse.Namespace) -> int:
     if not args.paths:
         return _fail("audit needs paths (or - for stdin), or --cluster")
     namespace = args.namespace or "default"
-    results = audit(read_sources(args.paths), rules, namespace=namespace, source=cluster)
+    results = audit(
+        read_sources(args.paths), rules, namespace=namespace, source=cluster, files=True
+    )
     progress = progress_for(sys.stderr)
     summary = _report(results, args, rules, facts=cluster, progress=progress)
     return summary.exit_code(args.fail_on)

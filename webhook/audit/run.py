@@ -11,6 +11,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.audit.drafiles import FileDra, from_documents
 from webhook.audit.locations import Location, locate_segments, pointer_segments
 from webhook.audit.manifests import Document, InputError
 from webhook.engine.admit import Decided, Request, admit
@@ -156,9 +157,14 @@ class Summary:
 
 
 def _audit_one(
-    doc: Document, rules: CompiledRuleSet, namespace: str, source: FactsSource | None
+    doc: Document,
+    rules: CompiledRuleSet,
+    namespace: str,
+    source: FactsSource | None,
+    dra: FileDra | None = None,
 ) -> AuditResult | Skipped:
-    outcome = admit(Request(obj=doc.obj, fallback_namespace=namespace), rules, source)
+    request = Request(obj=doc.obj, fallback_namespace=namespace)
+    outcome = admit(request, rules, source, dra=dra.over if dra else None)
     if not isinstance(outcome, Decided) or outcome.subject is None:
         kind = str(doc.obj.get("kind", "")) if isinstance(doc.obj, dict) else ""
         return Skipped(doc.source, kind or "(no kind)", doc.locate(""))
@@ -202,14 +208,21 @@ def audit(
     *,
     namespace: str = "default",
     source: FactsSource | None = None,
+    files: bool = False,
 ) -> Iterator[AuditResult | Skipped | InputError]:
     """Evaluate each document as the webhook would on CREATE; input errors pass through.
 
     Without cluster facts the cluster-aware rules do not run; the reports list them as not
-    checked rather than passed.
+    checked rather than passed. With `files` (manifests, as `kubectl apply -f` would send
+    them all), the DRA objects among the documents are facts for every other document of the
+    run (`drafiles`): the documents are read in full before the first is judged.
     """
+    dra: FileDra | None = None
+    if files:
+        items = list(items)
+        dra = from_documents((i.obj for i in items if isinstance(i, Document)), namespace)
     for item in items:
         if isinstance(item, InputError):
             yield item
         else:
-            yield _audit_one(item, rules, namespace, source)
+            yield _audit_one(item, rules, namespace, source, dra)

@@ -23,7 +23,8 @@ from webhook.engine.podviews import group_of
 from webhook.engine.reach import untainted_gpu_nodes
 from webhook.engine.subject import Subject, subject_for
 from webhook.engine.workloads import WorkloadTable
-from webhook.facts.model import FactsSource
+from webhook.facts.dra import DraFacts
+from webhook.facts.model import FactsSource, with_dra
 
 __all__ = [
     "FAST",
@@ -173,10 +174,12 @@ def admit(
     *,
     stage: Stage = Stage.ADMIT,
     lap: Callable[[str], None] = _no_lap,
+    dra: Callable[[str, DraFacts | None], DraFacts | None] | None = None,
 ) -> Outcome:
     """What the engine makes of `request` at `stage`, with cluster facts from `facts` (None:
     the cluster-aware rules do not run). `lap` is told when each step ends (`serve
-    --profile-stages`): prefilter, decode, facts, engine."""
+    --profile-stages`): prefilter, decode, facts, engine. `dra` lays other DRA objects over
+    the facts' for a namespace (an audit's files: `audit.drafiles`)."""
     obj = request.obj
     group, kind = request.group, request.kind
     if group is None:
@@ -190,8 +193,13 @@ def admit(
     if raw is not None:
         fast = not rules.might_apply(raw) and not (
             # GPU nodes without a GPU taint the rules name: a pod may land there with no
-            # marker in its bytes, so none takes the fast path.
-            facts is not None and untainted_gpu_nodes(facts.node_index(), rules.taint_keys)
+            # marker in its bytes, so none takes the fast path. Nor a pod asking a plain
+            # resource a DRA class serves (`extendedResourceName`), a GPU name by the facts.
+            facts is not None
+            and (
+                untainted_gpu_nodes(facts.node_index(), rules.taint_keys)
+                or any(name.encode() in raw for name in facts.served_names())
+            )
         )
         lap("prefilter")
         if fast:
@@ -223,7 +231,12 @@ def admit(
         subject.namespace = ""
     lap("decode")
     found = facts.facts_for(subject.namespace) if facts is not None else None
+    laid: DraFacts | None = None
+    if dra is not None:
+        laid = dra(subject.namespace, found.dra if found is not None else None)
+        if found is not None:
+            found = with_dra(found, laid)
     lap("facts")
-    decision = evaluate(subject, rules, found, stage=stage)
+    decision = evaluate(subject, rules, found, stage=stage, dra=laid)
     lap("engine")
     return Decided(decision, subject)

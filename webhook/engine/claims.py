@@ -7,20 +7,26 @@ the template or claim says which DeviceClass a request draws from, and only the 
 and marks the containers whose claims reach a GPU class as GPU containers (`asks_gpu`, with
 their `gpu_classes`), so every rule treats them as it treats `nvidia.com/gpu`.
 
-What is not known is not a GPU ask: no facts, a template or claim the facts lack, a class the
-cluster does not have (no finding: a guess would deny real pods). Such claims only keep the
-pod out of `gpu-toleration-without-gpu` (`may_ask_gpu`), since they may well be GPU claims.
+What is not known is not a GPU ask, and not "no GPU" either: no facts, a template or claim the
+facts lack (made in the same `kubectl apply`, or not seen by the watch yet), a class the
+cluster does not have. Such a container is marked `unresolved`: it is never denied for it (a
+guess would deny real pods), never given `NVIDIA_VISIBLE_DEVICES=void` (it may well be a GPU
+container), gets a warning naming the claim, and keeps the pod out of
+`gpu-toleration-without-gpu` (`may_ask_gpu`). GPU tolerations are added only for classes
+known to be GPU classes.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from webhook.engine.context import Context, RulesInForce
+from webhook.engine.fields import UnreadableObject
 from webhook.engine.podviews import ContainerView, PodView
 from webhook.facts.dra import (
+    IMPLICIT_PREFIX,
     MAX_ALLOCATION,
     QUOTA_SUFFIX,
     ClaimRequest,
@@ -29,8 +35,7 @@ from webhook.facts.dra import (
     DraFacts,
     device_key,
 )
-from webhook.facts.model import Facts
-from webhook.quantity import Amount
+from webhook.quantity import Amount, QuantityError, parse_quantity, positive
 
 __all__ = [
     "MAX_ALLOCATION",
@@ -45,8 +50,6 @@ __all__ = [
     "tolerated_classes",
 ]
 
-IMPLICIT_PREFIX = "deviceclass.resource.kubernetes.io/"  # a class's implicit resource name
-
 
 def gpu_class(name: str, rules: RulesInForce, dra: DraFacts | None) -> bool | None:
     """Whether DeviceClass `name` hands out GPUs: True, False, or None (not known).
@@ -60,7 +63,8 @@ def gpu_class(name: str, rules: RulesInForce, dra: DraFacts | None) -> bool | No
         return True if rules.gpu_class_names.matches(name) else None
     found = classes.get(name)
     if found is None:
-        return None
+        partial = dra is not None and dra.classes_partial
+        return True if partial and rules.gpu_class_names.matches(name) else None
     return rules.gpu_class_names.matches(name) or any(
         rules.gpu_drivers.matches(d) for d in found.drivers
     )
@@ -84,37 +88,69 @@ def _requests(spec: ClaimSpec, request: str) -> Iterator[tuple[int, ClaimRequest
     return ((i, r) for i, r in enumerate(spec) if not wanted or r.name == wanted)
 
 
+def _known_as(claim: tuple[str, str, str]) -> str:
+    """What a pod claim names, for messages: 'ResourceClaimTemplate t' or 'ResourceClaim c'."""
+    _, template, existing = claim
+    return f"ResourceClaimTemplate {template}" if template else f"ResourceClaim {existing}"
+
+
 def _container_classes(
-    c: ContainerView, claims: dict[str, tuple[str, str, str]], rules: RulesInForce, dra: DraFacts
-) -> tuple[str, ...]:
+    c: ContainerView,
+    claims: dict[str, tuple[str, str, str]],
+    rules: RulesInForce,
+    dra: DraFacts | None,
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the GPU classes the container's claims reach, its claims whose class is not known)."""
     found: list[str] = []
+    unknown: list[str] = []
     for name, request in c.claims:
         claim = claims.get(name)
-        spec = _spec(claim, dra) if claim is not None else None
-        for _, req in _requests(spec or (), request):
+        if claim is None:
+            continue  # names no claim of the pod: the apiserver refuses the pod itself
+        spec = _spec(claim, dra)
+        if spec is None:
+            if claim[1] or claim[2]:
+                unknown.append(f'claim "{name}" ({_known_as(claim)})')
+            continue
+        for _, req in _requests(spec, request):
             for alt in req.alternatives:
-                if alt.device_class not in found and gpu_class(alt.device_class, rules, dra):
+                is_gpu = gpu_class(alt.device_class, rules, dra)
+                if is_gpu is None:
+                    text = f'claim "{name}" (DeviceClass {alt.device_class})'
+                    if text not in unknown:
+                        unknown.append(text)
+                elif is_gpu and alt.device_class not in found:
                     found.append(alt.device_class)
-    return tuple(found)
+    return tuple(found), tuple(unknown)
 
 
-def resolve(views: list[PodView], rules: RulesInForce, facts: Facts | None) -> list[PodView]:
-    """The views with every container whose claims reach a GPU class marked a GPU container.
+def resolve(views: list[PodView], rules: RulesInForce, dra: DraFacts | None) -> list[PodView]:
+    """The views with every container whose claims, or plain resources DRA serves (a class's
+    implicit `deviceclass.resource.kubernetes.io/<class>`, its `extendedResourceName`), reach a
+    GPU class marked a GPU container, and every one whose claims' or implicit resources'
+    classes are not known marked `unresolved`.
 
-    Pods without claims (nearly all) are returned as they are, at the cost of one test each.
+    Pods with neither (nearly all) are returned as they are, at the cost of a few tests each.
     """
-    dra = facts.dra if facts is not None else None
-    if dra is None or not any(v.resource_claims for v in views):
-        return views
+    served = _served_names(dra)
     out = []
     for view in views:
         claims = {claim[0]: claim for claim in view.resource_claims}
         containers = []
         changed = False
         for c in view.containers:
-            classes = _container_classes(c, claims, rules, dra) if c.claims else ()
-            if classes:
-                c = dataclasses.replace(c, asks_gpu=True, gpu_classes=classes)
+            classes: tuple[str, ...] = ()
+            unknown: tuple[str, ...] = ()
+            if c.claims and claims:
+                classes, unknown = _container_classes(c, claims, rules, dra)
+            plain = _plain_asks(c, rules, dra, served)
+            if plain is not None:
+                c = plain
+                classes = (*c.gpu_classes, *(k for k in classes if k not in c.gpu_classes))
+                unknown = (*c.unresolved, *unknown)
+            if classes or unknown or plain is not None:
+                asks = c.asks_gpu or bool(classes)
+                c = dataclasses.replace(c, asks_gpu=asks, gpu_classes=classes, unresolved=unknown)
                 changed = True
             containers.append(c)
         if changed:
@@ -123,10 +159,94 @@ def resolve(views: list[PodView], rules: RulesInForce, facts: Facts | None) -> l
     return out
 
 
+# The last DeviceClass map read, and the plain names its classes serve (`extendedResourceName`
+# -> class): classes change rarely, reviews are many. The map is replaced, never edited, on
+# a change, and kept here with its answer, so an identity test is enough.
+_SERVED: list[tuple[Mapping[str, DeviceClass] | None, dict[str, str]]] = [(None, {})]
+
+
+def _served_names(dra: DraFacts | None) -> dict[str, str]:
+    classes = dra.device_classes if dra is not None else None
+    if not classes:
+        return {}
+    last, names = _SERVED[0]
+    if last is not classes:
+        names = {
+            dc.extended_resource_name: n for n, dc in classes.items() if dc.extended_resource_name
+        }
+        _SERVED[0] = (classes, names)
+    return names
+
+
+def _plain_asks(
+    c: ContainerView, rules: RulesInForce, dra: DraFacts | None, served: dict[str, str]
+) -> ContainerView | None:
+    """The container with the plain resources DRA serves from GPU classes added to its GPU
+    asks (and those classes to `gpu_classes`); None when it asks for none."""
+    res = c.resources
+    limits, requests = res.get("limits"), res.get("requests")
+    names = [
+        n
+        for section in (limits, requests)
+        if isinstance(section, dict)
+        for n in section
+        if isinstance(n, str) and (n.startswith(IMPLICIT_PREFIX) or n in served)
+    ]
+    if not names:
+        return None
+    classes: list[str] = []
+    unknown: list[str] = []
+    extra: list[str] = []
+    for name in dict.fromkeys(names):
+        device_class = name[len(IMPLICIT_PREFIX) :] if name.startswith(IMPLICIT_PREFIX) else ""
+        if not device_class:
+            device_class = served[name]
+        is_gpu = gpu_class(device_class, rules, dra)
+        if is_gpu is None and rules.is_gpu(name):
+            is_gpu = True  # a GPU name by the rule set's own list
+        if is_gpu is None:
+            if name.startswith(IMPLICIT_PREFIX):
+                unknown.append(f"resource {name}")  # the name holds the class
+            continue
+        if not is_gpu:
+            continue
+        if device_class not in classes:
+            classes.append(device_class)
+        if not rules.is_gpu(name):
+            extra.append(name)
+    gl, gr = dict(c.gpu_limits), dict(c.gpu_requests)
+    rl, rr = dict(c.raw_gpu_limits), dict(c.raw_gpu_requests)
+    for name in extra:
+        for section, parsed, raw, key in (
+            (limits, gl, rl, "limits"),
+            (requests, gr, rr, "requests"),
+        ):
+            if isinstance(section, dict) and name in section:
+                try:
+                    parsed[name] = parse_quantity(section[name])
+                except QuantityError as exc:
+                    raise UnreadableObject(
+                        f'{c.resources_path}.{key}["{name}"]',
+                        f"{exc}; expected a Kubernetes quantity such as 1 or 2",
+                    ) from None
+                raw[name] = section[name]
+    asks = c.asks_gpu or any(positive(v) for v in (*gl.values(), *gr.values()))
+    return dataclasses.replace(
+        c,
+        gpu_limits=gl,
+        gpu_requests=gr,
+        raw_gpu_limits=rl,
+        raw_gpu_requests=rr,
+        asks_gpu=asks,
+        gpu_classes=(*c.gpu_classes, *(k for k in classes if k not in c.gpu_classes)),
+        unresolved=(*c.unresolved, *unknown),
+    )
+
+
 def may_ask_gpu(pod: PodView, ctx: Context) -> bool:
     """Whether some claim of the pod could hand out GPUs: it is a GPU claim, or what it draws
     from is not known. Only a claim whose every class is known and no GPU class is not."""
-    dra = ctx.facts.dra if ctx.facts is not None else None
+    dra = ctx.dra
     for claim in pod.resource_claims:
         spec = _spec(claim, dra)
         if spec is None:
@@ -171,7 +291,7 @@ def new_devices(pod: PodView, ctx: Context) -> list[NewDevices]:
 
     For `firstAvailable`, each class's largest alternative, as ResourceQuota counts it.
     """
-    dra = ctx.facts.dra if ctx.facts is not None else None
+    dra = ctx.dra
     if dra is None or not pod.resource_claims:
         return []
     # Who uses each claim, built once: a pod may hold thousands of claims and containers.
@@ -233,7 +353,7 @@ def tolerated_classes(index: int, classes: set[str], ctx: Context) -> bool:
     the class stands for (`extendedResourceName` matching the toleration's resources)."""
     names, drivers = ctx.rules.class_tolerations[index]
     _, resources = ctx.rules.tolerations[index]
-    known = ctx.facts.dra.device_classes if ctx.facts and ctx.facts.dra else None
+    known = ctx.dra.device_classes if ctx.dra is not None else None
     for name in classes:
         if names.matches(name):
             return True

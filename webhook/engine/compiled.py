@@ -26,6 +26,7 @@ from webhook.engine.decision import Mode
 from webhook.engine.prefilter import gated, markers, might_apply
 from webhook.engine.sharing import SharingSchedulers
 from webhook.engine.workloads import workload_table
+from webhook.facts.dra import IMPLICIT_PREFIX
 from webhook.namepatterns import NamePatterns
 from webhook.ruleset.models import QuotaBudget, RuleSet, RuleSettings
 from webhook.ruleset.resolve import applicable, matchers, merge
@@ -98,8 +99,17 @@ class CompiledRules:
         if known is None:
             if len(self._gpu_seen) >= _TABLE_LIMIT:
                 self._gpu_seen.clear()
-            known = self._gpu_seen[name] = self._gpu.matches(name)
+            known = self._gpu_seen[name] = self._gpu.matches(name) or self._gpu_class_name(name)
         return known
+
+    def _gpu_class_name(self, name: str) -> bool:
+        """`deviceclass.resource.kubernetes.io/<class>` (Kubernetes 1.34+: devices of a DRA
+        class asked as a plain resource) of a class the rules call a GPU class by its name, or
+        named after a GPU driver; classes known so only from the facts are `engine.claims`'."""
+        if not name.startswith(IMPLICIT_PREFIX):
+            return False
+        device_class = name[len(IMPLICIT_PREFIX) :]
+        return self.gpu_class_names.matches(device_class) or self.gpu_drivers.matches(device_class)
 
     def mode(self, rule: str) -> Mode:
         """A validation's mode under the global ceiling (OFF for unknown ids)."""

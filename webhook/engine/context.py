@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from webhook.engine.totals import Totals
+from webhook.facts.dra import DraFacts
 from webhook.facts.model import Facts, Node
 from webhook.namepatterns import NamePatterns
 from webhook.ruleset.models import QuotaBudget, RuleSettings, TolerationSpec
@@ -71,7 +72,7 @@ class Context:
     A plain class, not a dataclass: the slots keep it small and quick to build per review.
     """
 
-    __slots__ = ("facts", "kind", "namespace", "operation", "rules", "totals", "workload")
+    __slots__ = ("dra", "facts", "kind", "namespace", "operation", "rules", "totals", "workload")
 
     def __init__(
         self,
@@ -80,12 +81,16 @@ class Context:
         kind: str,
         operation: str = "CREATE",
         facts: Facts | None = None,
+        dra: DraFacts | None = None,
     ) -> None:
         self.rules = rules  # the rules in force for the namespace (overrides applied)
         self.namespace = namespace
         self.kind = kind
         self.operation = operation
         self.facts = facts  # None: no cluster facts (offline audit)
+        # The DRA objects claims are resolved against: the facts', or (an audit without
+        # cluster facts) those found in the audited files alone.
+        self.dra = dra if dra is not None or facts is None else facts.dra
         # A controller's GPU asks, all its pods at once (set before validation); None for a
         # pod, or a controller asking no GPU.
         self.totals: Totals | None = None

@@ -26,6 +26,7 @@ from webhook.engine.sharedmaps import RULE, judge_config_map
 from webhook.engine.sharing import mark_shared
 from webhook.engine.subject import Subject
 from webhook.engine.turns import give_way
+from webhook.facts.dra import DraFacts
 from webhook.facts.model import Facts, PodGpus
 
 __all__ = ["Stage", "evaluate"]
@@ -45,13 +46,19 @@ def evaluate(
     facts: Facts | None = None,
     *,
     stage: Stage = Stage.ADMIT,
+    dra: DraFacts | None = None,
 ) -> Decision:
-    """The decision about `subject`; an object with impossible field types is refused."""
+    """The decision about `subject`; an object with impossible field types is refused.
+
+    `dra`: the DRA objects claims are resolved against when they are not the facts' own (an
+    audit without cluster facts uses those found in its files); by default the facts'."""
     labels = subject.namespace_labels
     if labels is None and facts is not None:
         labels = facts.namespace_labels
     try:
-        return _evaluate(subject, rules, facts, stage, labels)
+        if dra is None and facts is not None:
+            dra = facts.dra
+        return _evaluate(subject, rules, facts, stage, labels, dra)
     except UnreadableObject as exc:
         return unreadable(subject.kind, exc.path, exc.problem)
 
@@ -62,12 +69,13 @@ def _evaluate(
     facts: Facts | None,
     stage: Stage,
     labels: Mapping[str, str] | None,
+    dra: DraFacts | None,
 ) -> Decision:
     if subject.kind == "ConfigMap" and subject.group == "":
         return _config_map(subject, rules, labels)
     compiled, views = _scope(subject, rules, labels)
-    views = claims.resolve(views, compiled, facts)  # DRA claims that reach GPU classes
-    ctx = Context(compiled, subject.namespace, subject.kind, subject.operation, facts)
+    views = claims.resolve(views, compiled, dra)  # DRA claims that reach GPU classes
+    ctx = Context(compiled, subject.namespace, subject.kind, subject.operation, facts, dra)
     ctx.workload = exempt.workload_of(subject)  # what a node agent's denial advises exempting
     patch: list[dict[str, Any]] = []
     mutated_by: list[str] = []
@@ -83,7 +91,7 @@ def _evaluate(
         obj = jsonpatch.JsonPatch(patch).apply(clone(obj), in_place=True)
         subject = dataclasses.replace(subject, obj=obj)
         _, views = _scope(subject, rules, labels)  # the same namespace: the same rules
-        views = claims.resolve(views, compiled, facts)
+        views = claims.resolve(views, compiled, dra)
     if subject.kind != "Pod" and views and facts is not None:  # only gpu-quota reads them
         workload = rules.workloads.get(subject.group, subject.kind)
         ctx.totals = object_totals(views, ctx, workload is not None and workload.gang)

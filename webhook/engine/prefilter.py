@@ -42,8 +42,10 @@ _ALWAYS = (
     b'"key":"","operator":"Exists"',
     b'"effect":"","operator":"Exists"',
     b"nvidia-container-devices",  # the toolkit's volume-mount device list
-    # DRA: a pod spec's claims name no GPU word; only the facts tell a GPU claim.
+    # DRA: a pod spec's claims name no GPU word; only the facts tell a GPU claim. Nor does a
+    # DRA class's implicit resource name (deviceclass.resource.kubernetes.io/<class>).
     b'"resourceClaims"',
+    b"deviceclass.resource.kubernetes.io/",
     # Device-injection annotations (engine.injection): GKE's, and the NRI plugins' (devices,
     # mounts, CDI devices under noderesource.dev and nri.io).
     b"devices.gke.io",

@@ -43,6 +43,10 @@ class ContainerView:
     # then also sets `asks_gpu`.
     claims: tuple[tuple[str, str], ...] = ()
     gpu_classes: tuple[str, ...] = ()
+    # DRA: its claims whose DeviceClass the facts do not know, each described for a message
+    # ('claim "gpu" (ResourceClaimTemplate t)', 'claim "gpu" (DeviceClass c)'). Unknown is not
+    # "no GPU": such a container is never given NVIDIA_VISIBLE_DEVICES=void, and is warned.
+    unresolved: tuple[str, ...] = ()
     # The GPU resource a GPU-sharing scheduler gives it part of ("": none; `engine.sharing`,
     # which also sets `asks_gpu`): its NVIDIA_VISIBLE_DEVICES comes from the scheduler's
     # ConfigMap, and it tolerates that resource's GPU taints.
@@ -70,6 +74,7 @@ class ContainerView:
         gpu_classes: tuple[str, ...] = (),
         shared_gpu: str = "",
         shared_config_map: str = "",
+        unresolved: tuple[str, ...] = (),
     ) -> None:
         self.raw = raw
         self.slot = slot
@@ -88,6 +93,7 @@ class ContainerView:
         self.gpu_classes = gpu_classes
         self.shared_gpu = shared_gpu
         self.shared_config_map = shared_config_map
+        self.unresolved = unresolved
 
     def locate(self, spec: dict[str, Any]) -> dict[str, Any]:
         """The same container inside another copy of the pod spec (a mutation's working copy)."""

@@ -29,6 +29,7 @@ from webhook.export.scope import (
     skipped,
 )
 from webhook.export.validations import gpu_name
+from webhook.facts.dra import IMPLICIT_PREFIX
 
 __all__ = ["MUTATIONS_LEFT_OUT", "PROBE_HANDLERS", "mutating", "patch_op"]
 
@@ -95,9 +96,12 @@ def _tolerations(compiled: CompiledRules) -> str:
     adds = []
     earlier: dict[tuple[str, str], list[str]] = {}
     for spec in compiled.settings.gpu_tolerations.tolerations:
-        if not spec.resources:
-            continue  # asked for by DRA devices alone, which only the webhook's facts show
-        wanted = f"asked.exists(n, {name_test('n', spec.resources)})"
+        # DRA claims are for the webhook's facts alone; a class asked as a plain resource
+        # (deviceclass.resource.kubernetes.io/<class>) names its class
+        names = [*spec.resources, *(IMPLICIT_PREFIX + c for c in spec.device_classes)]
+        if not names:
+            continue
+        wanted = f"asked.exists(n, {name_test('n', names)})"
         covered = [f"current.exists(t, {_tolerates('t', spec.key, spec.effect)})"]
         # An earlier wanted toleration of the same key and effect, once added, covers it.
         covered += earlier.setdefault((spec.key, spec.effect), [])

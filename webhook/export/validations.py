@@ -16,13 +16,18 @@ from webhook.engine.checks import probes, resources
 from webhook.engine.compiled import CompiledRules
 from webhook.export.cel import name_test, q, qlist, quantity_of, shown
 from webhook.export.messages import LIMITED, REQUESTED, engine_message, slot
+from webhook.facts.dra import IMPLICIT_PREFIX
 
 __all__ = ["EXPORTED", "LEFT_OUT", "ExportedRule", "asks_gpu", "gpu_name"]
 
 
 def gpu_name(rules: CompiledRules, var: str) -> str:
-    """True when the resource name `var` counts as a GPU under the rule set."""
-    return name_test(var, rules.ruleset.gpu_resources)
+    """True when the resource name `var` counts as a GPU under the rule set: a GPU resource,
+    or the implicit resource name of a DRA class that is a GPU class by its name
+    (`deviceclass.resource.kubernetes.io/gpu.nvidia.com`), as `CompiledRules.is_gpu` says."""
+    classes = rules.ruleset.gpu_device_classes
+    implicit = [IMPLICIT_PREFIX + c for c in (*classes.names, *classes.drivers)]
+    return name_test(var, [*rules.ruleset.gpu_resources, *implicit])
 
 
 def _positive(value: str) -> str:

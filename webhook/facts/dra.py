@@ -33,6 +33,7 @@ from webhook.facts.draslices import SliceDevices, SliceStore, slice_devices
 from webhook.quantity import Amount
 
 __all__ = [
+    "IMPLICIT_PREFIX",
     "KINDS",
     "MAX_ALLOCATION",
     "QUOTA_SUFFIX",
@@ -54,6 +55,9 @@ __all__ = [
 # The API kinds, by their plural (as the live cache lists them).
 KINDS = ("deviceclasses", "resourceclaimtemplates", "resourceclaims", SLICES)
 
+# A DeviceClass's implicit extended resource name: `deviceclass.resource.kubernetes.io/<class>`
+# asks for devices of that class as a plain resource (Kubernetes 1.34+, DRAExtendedResource).
+IMPLICIT_PREFIX = "deviceclass.resource.kubernetes.io/"
 # ResourceQuota's per-class key: `<class>.deviceclass.resource.k8s.io/devices`.
 QUOTA_SUFFIX = ".deviceclass.resource.k8s.io/devices"
 # AllocationResultsMaxSize: what ResourceQuota charges for an `allocationMode: All` request.
@@ -112,6 +116,9 @@ class DraFacts:
     # Devices DRA drivers publish, node -> driver -> count (`draslices`; "" for slices of
     # several nodes); None while ResourceSlices are unknown.
     node_devices: Mapping[str, Mapping[str, int]] | None
+    # True: `device_classes` lists some of the cluster's classes only (those of an audit's
+    # files, the cluster's own unknown): a class not there is judged by its name alone.
+    classes_partial: bool
 
     def __init__(
         self,
@@ -120,12 +127,14 @@ class DraFacts:
         claims: Mapping[str, ClaimSpec] | None,
         claim_devices: Mapping[str, Amount],
         node_devices: Mapping[str, Mapping[str, int]] | None = None,
+        classes_partial: bool = False,
     ) -> None:
         self.device_classes = device_classes
         self.templates = templates
         self.claims = claims
         self.claim_devices = claim_devices
         self.node_devices = node_devices
+        self.classes_partial = classes_partial
 
 
 # ---- readers ----------------------------------------------------------------------------
@@ -276,6 +285,8 @@ class DraCache:
         }
         self._devices: dict[str, dict[str, Amount]] = {}  # namespace -> key -> devices
         self._slices = SliceStore()  # ResourceSlices: devices per node and driver
+        # The class map `served_names` last read, and its answer.
+        self._served: tuple[dict[str, DeviceClass] | None, frozenset[str]] = (None, frozenset())
 
     def facts_for(self, namespace: str) -> DraFacts | None:
         templates = self._specs["resourceclaimtemplates"]
@@ -290,6 +301,15 @@ class DraCache:
             self._devices.get(namespace, _EMPTY),
             nodes,
         )
+
+    def served_names(self) -> frozenset[str]:
+        """The `extendedResourceName`s of the known DeviceClasses (kept with the class map:
+        asked on every review by the fast path)."""
+        classes = self._classes
+        if classes is not self._served[0]:
+            names = frozenset(c.extended_resource_name for c in (classes or {}).values())
+            self._served = (classes, names - {""})
+        return self._served[1]
 
     def claim_devices(self) -> Mapping[str, Mapping[str, Amount]]:
         """Devices the ResourceClaims of each namespace take, by class key (never edited

@@ -159,6 +159,9 @@ class LiveCache:
     def node_index(self) -> NodeIndex:
         return self._node_index
 
+    def served_names(self) -> frozenset[str]:
+        return self._dra.served_names()
+
     def facts_for(self, namespace: str) -> Facts:
         config_maps: Mapping[str, Mapping[str, str]] | None = None  # unknown until listed
         if "configmaps" in self._synced:

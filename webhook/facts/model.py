@@ -404,6 +404,26 @@ class Facts:
         )
 
 
+def with_dra(facts: Facts, dra: DraFacts | None) -> Facts:
+    """The same facts with other DRA objects (an audit's files laid over the snapshot's)."""
+    return Facts(
+        facts.namespace,
+        facts.namespace_labels,
+        facts.quotas,
+        facts.usage,
+        facts.priority_classes,
+        facts.nodes,
+        facts.age_seconds,
+        facts.config_maps,
+        facts.secrets,
+        facts.provisionable,
+        facts.serving_runtimes,
+        dra,
+        facts.unheld,
+        facts.usages,
+    )
+
+
 class Provisioned(Protocol):
     """What the autoscalers can create (`webhook.facts.provisioning.Provisioning`)."""
 
@@ -420,6 +440,11 @@ class FactsSource(Protocol):
 
     def node_index(self) -> NodeIndex:
         """The nodes alone, with no per-namespace work: the fast path asks on every request."""
+        ...
+
+    def served_names(self) -> frozenset[str]:
+        """Plain resource names DRA DeviceClasses serve (`extendedResourceName`), with no
+        per-namespace work: the fast path must not pass a pod asking one of them."""
         ...
 
 

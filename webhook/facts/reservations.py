@@ -331,6 +331,9 @@ class ReservingFacts:
     def node_index(self) -> NodeIndex:
         return self.base.node_index()
 
+    def served_names(self) -> frozenset[str]:
+        return self.base.served_names()
+
     def facts_for(self, namespace: str) -> Facts:
         facts = self.base.facts_for(namespace)
         holds = self.reservations

@@ -118,6 +118,9 @@ class StaticSnapshot:
         overrides that cross in one of them)."""
         return {k: dict(v) for k, v in self._namespaces.items()}
 
+    def served_names(self) -> frozenset[str]:
+        return self._dra.served_names() if self._dra is not None else frozenset()
+
     def webhook_seconds(self) -> float | None:
         """The longest the validating webhooks on pods may take; None: unknown."""
         return self._webhooks.longest() if self._webhooks is not None else None

@@ -21,6 +21,7 @@ from webhook.engine.compiled import CompiledRuleSet
 from webhook.engine.injection import PREFIXES as INJECTION_PREFIXES
 from webhook.engine.sharedmaps import NAME_FORM
 from webhook.engine.workloads import Workload, WorkloadTable
+from webhook.facts.dra import IMPLICIT_PREFIX
 from webhook.facts.model import DEVICE_ENV, SHARING_KEYS
 from webhook.namepatterns import is_pattern
 from webhook.ruleset.models import RuleSet
@@ -130,7 +131,9 @@ class _Names:
 
     def __init__(self, rules: CompiledRuleSet) -> None:
         source: RuleSet = rules.source
-        self.gpu_resources = list(source.gpu_resources)
+        # Devices of a DRA class asked as a plain resource (Kubernetes 1.34+): whether the
+        # class hands out GPUs only the webhook's facts can tell, so every one is sent.
+        self.gpu_resources = [*source.gpu_resources, IMPLICIT_PREFIX + "*"]
         self.taint_keys = sorted(rules.taint_keys)
         prefixes = list(source.rules.gpu_schedulable.gpu_label_prefixes)
         for o in source.overrides:

@@ -53,7 +53,12 @@ class GpuDeviceClasses(RuleModel):
     containers for every rule. A class counts when its name matches `names`, or when one of
     its CEL selectors requires a driver in `drivers` (device.driver == "gpu.nvidia.com"); the
     drivers are read from the DeviceClass itself, so they count only where the cluster's
-    DeviceClasses are known."""
+    DeviceClasses are known. The same holds for a class's devices asked as a plain resource
+    (Kubernetes 1.34+): `deviceclass.resource.kubernetes.io/<class>`, or the class's
+    `extendedResourceName`; `deviceclass.resource.kubernetes.io/gpu.nvidia.com` is a GPU ask
+    by the class's name alone. A claim or implicit resource whose class is not known is no
+    GPU ask, but its container is never given NVIDIA_VISIBLE_DEVICES=void and is warned
+    about."""
 
     names: list[str] = Field(
         default_factory=lambda: ["gpu.nvidia.com", "mig.nvidia.com", "gpu.amd.com", "gpu.intel.com"]

@@ -208,6 +208,8 @@ def visible_devices(pod: PodView, ctx: Context) -> Iterator[Finding]:
     allowed = cfg.allowed_values
     reach: bool | None = None
     for c in _judged(pod):
+        if c.unresolved:
+            yield _unresolved(pod, ctx, c)
         for i, path in _device_list_mounts(c):
             yield Finding(
                 rule="visible-devices",
@@ -259,7 +261,7 @@ def visible_devices(pod: PodView, ctx: Context) -> Iterator[Finding]:
             )
         elif c.shared_gpu and pod.mutable and not pod.runtime:
             yield _shared_left_to_image(pod, ctx, c)
-        elif not c.asks_gpu and pod.mutable and not pod.runtime:
+        elif not c.asks_gpu and not c.unresolved and pod.mutable and not pod.runtime:
             # Left to the image. Not where `void` is never added: kinds judged but not patched
             # (their pods get it when created) and runtimes others are merged over.
             yield Finding(
@@ -300,6 +302,26 @@ def _written_before(pod: PodView, ctx: Context, c: ContainerView, name: str, fie
             system=False,
         ),
         field=field,
+    )
+
+
+def _unresolved(pod: PodView, ctx: Context, c: ContainerView) -> Finding:
+    """A container using a claim whose device class is not known (a template made in the same
+    apply, one the watch has not seen yet, a class the cluster lacks): judged as possibly a
+    GPU container, so never given `void`, and said so rather than passed in silence."""
+    which = "; ".join(c.unresolved)
+    return Finding(
+        rule="visible-devices",
+        summary=(f"visible-devices: {c.label()} uses {which}, not known: not voided, no GPU ask"),
+        fix=(
+            f"nothing to change if it hands out no GPU ({VISIBLE_DEVICES} is left as it is, "
+            "no GPU toleration is added). Otherwise create the DeviceClass (and the "
+            "ResourceClaimTemplate or ResourceClaim) before the pod, so its GPUs are judged "
+            "and no GPU toleration is missing; a class that hands out GPUs under another name "
+            "belongs in the rule set's gpuDeviceClasses"
+        ),
+        field=f"{c.resources_path}.claims",
+        advisory=True,
     )
 
 
@@ -385,8 +407,8 @@ def hide_devices(spec: dict[str, Any], pod: PodView, ctx: Context) -> bool:
     for c in _judged(pod):
         # A shared container gets `void` too until its scheduler's webhook sets the variable
         # (a later entry of the same name wins): the part of a GPU is granted at bind time.
-        if (c.asks_gpu and not c.shared_gpu) or _explicit(c) is not None:
-            continue
+        if (c.asks_gpu and not c.shared_gpu) or c.unresolved or _explicit(c) is not None:
+            continue  # a claim not known yet may be a GPU claim: `void` would hide its GPUs
         container = c.locate(spec)
         container["env"] = [
             *(container.get("env") or []),

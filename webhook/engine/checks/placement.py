@@ -107,6 +107,8 @@ def toleration_without_gpu(pod: PodView, ctx: Context) -> Iterator[Finding]:
         return
     if pod.resource_claims and claims.may_ask_gpu(pod, ctx):
         return
+    if any(c.unresolved for c in pod.containers):
+        return  # devices of a DRA class not known yet may well be GPUs
     keys = ctx.rules.taint_keys
     for i, toleration in enumerate(pod.spec.get("tolerations") or []):
         key = toleration.get("key")
