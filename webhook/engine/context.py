@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 from webhook.engine.totals import Totals
 from webhook.facts.model import Facts, Node
@@ -71,7 +71,7 @@ class Context:
     A plain class, not a dataclass: the slots keep it small and quick to build per review.
     """
 
-    __slots__ = ("facts", "kind", "namespace", "operation", "rules", "totals", "workload")
+    __slots__ = ("facts", "kind", "meta", "namespace", "operation", "rules", "totals", "workload")
 
     def __init__(
         self,
@@ -92,6 +92,9 @@ class Context:
         # (kind, name) of the DaemonSet the object is or names as its controller (set before
         # validation): a node agent's denial advises exempting that DaemonSet.
         self.workload: tuple[str, str] | None = None
+        # The object's metadata (labels, annotations, ownerReferences), for the rules that
+        # judge the object rather than its pods (gpu-queue); None: it has none.
+        self.meta: Mapping[str, Any] | None = None
 
     @property
     def settings(self) -> RuleSettings:

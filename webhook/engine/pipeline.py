@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from webhook.engine import claims, exempt
 from webhook.engine.accounting import hold_reach, object_totals, pod_gpus
-from webhook.engine.checks import ISOLATION_RULES, Mutation, Validation
+from webhook.engine.checks import ISOLATION_RULES, Mutation, Validation, queue
 from webhook.engine.compiled import CompiledRules, CompiledRuleSet
 from webhook.engine.context import Context
 from webhook.engine.decision import Decision, Mode, combine, unreadable
@@ -66,10 +66,18 @@ def _evaluate(
     views = claims.resolve(views, compiled, facts)  # DRA claims that reach GPU classes
     ctx = Context(compiled, subject.namespace, subject.kind, subject.operation, facts)
     ctx.workload = exempt.workload_of(subject)  # what a node agent's denial advises exempting
+    meta = subject.obj.get("metadata") if isinstance(subject.obj, dict) else None
+    ctx.meta = meta if isinstance(meta, dict) else None
     patch: list[dict[str, Any]] = []
     mutated_by: list[str] = []
     if stage is not Stage.VALIDATE:
         _mutate(views, ctx, compiled.mutations, patch, mutated_by)
+        if compiled.queue_mutation and views:  # the object's own label: no pod spec's edit
+            asks = any(v.asks_gpu and not v.isolation_only for v in views)
+            labelled = queue.queue_label_patch(subject.obj, ctx, asks, facts)
+            if labelled:
+                patch.extend(labelled)
+                mutated_by.append(queue.RULE)
         if stage is Stage.MUTATE:
             return combine((), patch=patch, mutated_by=mutated_by)
     obj = subject.obj
@@ -79,6 +87,7 @@ def _evaluate(
         # A JSON-only clone is several times cheaper than the deepcopy apply_patch would make.
         obj = jsonpatch.JsonPatch(patch).apply(clone(obj), in_place=True)
         subject = dataclasses.replace(subject, obj=obj)
+        ctx.meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else None
         _, views = _scope(subject, rules, labels)  # the same namespace: the same rules
         views = claims.resolve(views, compiled, facts)
     if subject.kind != "Pod" and views and facts is not None:  # only gpu-quota reads them

@@ -21,7 +21,8 @@ def list_call(api_client: Any, kind: Kind) -> Callable[..., Any]:
 
     if kind.api == "custom":
         custom = client.CustomObjectsApi(api_client)
-        return functools.partial(getattr(custom, kind.method), kind.group, kind.version, kind.name)
+        plural = kind.name.partition(".")[0]  # `localqueues.v1beta1`: the older version's
+        return functools.partial(getattr(custom, kind.method), kind.group, kind.version, plural)
     api = {
         "core": client.CoreV1Api,
         "scheduling": client.SchedulingV1Api,

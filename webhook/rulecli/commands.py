@@ -18,6 +18,7 @@ from webhook.rulecli.webhooks import render_webhooks
 from webhook.ruleset.components import CLUSTER_NAMESPACES
 from webhook.ruleset.files import LoadedRules, RuleFileError, load_rules_with_sources
 from webhook.ruleset.models import Override, RuleSet
+from webhook.rulecli.queuenotes import queue_lines
 from webhook.ruleset.quotas import QuotasIn, budget_plans, disagreements
 from webhook.ruleset.resolve import resolve
 
@@ -242,6 +243,8 @@ def explain(folder: Path | None, namespace: str, labels: dict[str, str] | None, 
         ):
             for line in plans[budget.name].describe():
                 print(line, file=out)
+    for line in queue_lines(resolved.rules.rules.gpu_queue):
+        print(line, file=out)
     effective = resolved.rules.rules.model_dump(by_alias=True, mode="json")
     for rule_id, settings in effective.items():
         print(f"{rule_id}:", file=out)

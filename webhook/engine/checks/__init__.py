@@ -18,6 +18,7 @@ from webhook.engine.checks import (
     placement,
     priority,
     probes,
+    queue,
     quota,
     resources,
     schedulable,
@@ -83,6 +84,7 @@ VALIDATIONS: tuple[Validation, ...] = (
         "gpu-priority-class", priority.gpu_priority_class, gpu_only=True, needs_cluster=True
     ),
     Validation("gpu-schedulable", schedulable.gpu_schedulable, gpu_only=True, needs_cluster=True),
+    Validation("gpu-queue", queue.gpu_queue, gpu_only=True, needs_cluster=True),
 )
 
 
