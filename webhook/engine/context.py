@@ -71,7 +71,17 @@ class Context:
     A plain class, not a dataclass: the slots keep it small and quick to build per review.
     """
 
-    __slots__ = ("facts", "kind", "meta", "namespace", "operation", "rules", "totals", "workload")
+    __slots__ = (
+        "facts",
+        "gpu_specs",
+        "kind",
+        "meta",
+        "namespace",
+        "operation",
+        "rules",
+        "totals",
+        "workload",
+    )
 
     def __init__(
         self,
@@ -95,6 +105,9 @@ class Context:
         # The object's metadata (labels, annotations, ownerReferences), for the rules that
         # judge the object rather than its pods (gpu-queue); None: it has none.
         self.meta: Mapping[str, Any] | None = None
+        # The pod specs of the object's templates that ask for GPUs (set with `totals`): where
+        # its pods may run, for gpu-queue's flavors. Empty for a pod: its own view has it.
+        self.gpu_specs: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def settings(self) -> RuleSettings:

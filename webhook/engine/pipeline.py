@@ -93,6 +93,7 @@ def _evaluate(
     if subject.kind != "Pod" and views and facts is not None:  # only gpu-quota reads them
         workload = rules.workloads.get(subject.group, subject.kind)
         ctx.totals = object_totals(views, ctx, workload is not None and workload.gang)
+        ctx.gpu_specs = tuple(v.spec for v in views if v.asks_gpu)
     active = compiled.validations if facts is not None else compiled.offline_validations
     findings = _validate(views, ctx, active)
     return combine(

@@ -10,8 +10,8 @@ controller made is judged at that controller. The queue is named by a label on t
 Kueue's `kueue.x-k8s.io/queue-name` (a LocalQueue of the namespace), or KAI's
 `kai.scheduler/queue` / Run:ai's `runai/queue` (a cluster-scoped Queue).
 
-What a ClusterQueue can ever give one workload of a resource is, over the flavors the
-workload's node selector allows (a ResourceFlavor's `nodeLabels` against the pod's), each
+What a ClusterQueue can ever give one workload of a resource is, over the flavors some GPU
+template's node selection allows (a ResourceFlavor's `nodeLabels` against the pod's), each
 flavor's `nominalQuota` plus its `borrowingLimit` (nothing borrowed outside a cohort; in a
 cohort with no borrowing limit, no bound we can know). A KAI queue gives at most its GPU
 `limit` and each ancestor's (a limit of -1, 0 or none is read as no bound).
@@ -138,16 +138,21 @@ def _flavor_labels_allow(labels: Mapping[str, str], placement: Placement) -> boo
 
 
 def _cap(
-    cq: ClusterQueue, resource: str, placement: Placement, flavors: Mapping[str, Mapping[str, str]]
+    cq: ClusterQueue,
+    resource: str,
+    placements: list[Placement],
+    flavors: Mapping[str, Mapping[str, str]],
 ) -> tuple[Amount, str] | None:
-    """(the most `cq` can ever give of `resource`, how); None: no bound we can know."""
+    """(the most `cq` can ever give of `resource`, how); None: no bound we can know. A flavor
+    counts when some GPU template's node selection allows it."""
     total: Amount = 0
     terms = []
     for group in cq.groups:
         if resource not in group.covered:
             continue
         for flavor in group.flavors:
-            if not _flavor_labels_allow(flavors.get(flavor.name, {}), placement):
+            labels = flavors.get(flavor.name, {})
+            if not any(_flavor_labels_allow(labels, p) for p in placements):
                 continue
             nominal = flavor.nominal.get(resource, 0)
             borrowing = flavor.borrowing.get(resource) if cq.cohort else 0
@@ -251,7 +256,7 @@ def _kueue(
             field=field,
         )
         return
-    placement = Placement.of(pod.spec)
+    placements = [Placement.of(spec) for spec in ctx.gpu_specs or (pod.spec,)]
     for name in sorted(ask):
         if ask[name] <= 0:
             continue
@@ -267,7 +272,7 @@ def _kueue(
                 field=field,
             )
             continue
-        bound = _cap(cq, name, placement, queues.flavors or {})
+        bound = _cap(cq, name, placements, queues.flavors or {})
         if bound is None:
             continue
         cap, arithmetic = bound
