@@ -62,10 +62,9 @@ class CompiledRules:
         self.modes: Mapping[str, Mode] = modes
         active = tuple((v, modes[v.rule]) for v in VALIDATIONS if modes[v.rule] is not Mode.OFF)
         self.validations: tuple[tuple[Validation, Mode], ...] = active
-        # gpu-queue labels the object itself (not a pod spec) when it is on and may mutate.
-        self.queue_mutation = (
-            mutating and self.settings.gpu_queue.mutate and modes["gpu-queue"] is not Mode.OFF
-        )
+        # gpu-queue judges and labels the object itself (not a pod spec), when it is on.
+        self.queue_active = modes["gpu-queue"] is not Mode.OFF
+        self.queue_mutation = mutating and self.settings.gpu_queue.mutate and self.queue_active
         self.offline_validations = tuple((v, m) for v, m in active if not v.needs_cluster)
         # For reports: rules that judge every object, and those among them needing facts.
         self.active_rules = tuple(v.rule for v, _ in active)

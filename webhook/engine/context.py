@@ -6,6 +6,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from webhook.engine.queueing import QueueMeta
 from webhook.engine.totals import Totals
 from webhook.facts.model import Facts, Node
 from webhook.namepatterns import NamePatterns
@@ -75,7 +76,7 @@ class Context:
         "facts",
         "gpu_specs",
         "kind",
-        "meta",
+        "queue_meta",
         "namespace",
         "operation",
         "rules",
@@ -102,9 +103,9 @@ class Context:
         # (kind, name) of the DaemonSet the object is or names as its controller (set before
         # validation): a node agent's denial advises exempting that DaemonSet.
         self.workload: tuple[str, str] | None = None
-        # The object's metadata (labels, annotations, ownerReferences), for the rules that
-        # judge the object rather than its pods (gpu-queue); None: it has none.
-        self.meta: Mapping[str, Any] | None = None
+        # Where a batch queue reads the object's queue name (gpu-queue's
+        # `queue.queue_metadata`); None: no queue takes the object as such.
+        self.queue_meta: QueueMeta | None = None
         # The pod specs of the object's templates that ask for GPUs (set with `totals`): where
         # its pods may run, for gpu-queue's flavors. Empty for a pod: its own view has it.
         self.gpu_specs: tuple[Mapping[str, Any], ...] = ()

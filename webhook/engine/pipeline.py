@@ -22,6 +22,7 @@ from webhook.engine.decision import Decision, Mode, combine, unreadable
 from webhook.engine.findings import Finding
 from webhook.engine.patch import clone, diff, working_copy
 from webhook.engine.podviews import PodView, UnreadableObject, pod_views
+from webhook.engine.queueing import queue_metadata
 from webhook.engine.sharing import mark_shared
 from webhook.engine.subject import Subject
 from webhook.engine.turns import give_way
@@ -66,15 +67,17 @@ def _evaluate(
     views = claims.resolve(views, compiled, facts)  # DRA claims that reach GPU classes
     ctx = Context(compiled, subject.namespace, subject.kind, subject.operation, facts)
     ctx.workload = exempt.workload_of(subject)  # what a node agent's denial advises exempting
-    meta = subject.obj.get("metadata") if isinstance(subject.obj, dict) else None
-    ctx.meta = meta if isinstance(meta, dict) else None
+    workload = rules.workloads.get(subject.group, subject.kind)
+    runtime = workload is not None and workload.runtime
+    if compiled.queue_active:  # where its queue name is: only gpu-queue reads it
+        ctx.queue_meta = queue_metadata(subject.group, subject.kind, subject.obj, runtime)
     patch: list[dict[str, Any]] = []
     mutated_by: list[str] = []
     if stage is not Stage.VALIDATE:
         _mutate(views, ctx, compiled.mutations, patch, mutated_by)
-        if compiled.queue_mutation and views:  # the object's own label: no pod spec's edit
-            asks = any(v.asks_gpu and not v.isolation_only for v in views)
-            labelled = queue.queue_label_patch(subject.obj, ctx, asks, facts)
+        # gpu-queue labels the object itself (no pod spec's edit), when it asks for GPUs.
+        if compiled.queue_mutation and any(v.asks_gpu and not v.isolation_only for v in views):
+            labelled = queue.queue_label_patch(ctx.queue_meta, ctx, facts)
             if labelled:
                 patch.extend(labelled)
                 mutated_by.append(queue.RULE)
@@ -87,11 +90,11 @@ def _evaluate(
         # A JSON-only clone is several times cheaper than the deepcopy apply_patch would make.
         obj = jsonpatch.JsonPatch(patch).apply(clone(obj), in_place=True)
         subject = dataclasses.replace(subject, obj=obj)
-        ctx.meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else None
+        if compiled.queue_active:
+            ctx.queue_meta = queue_metadata(subject.group, subject.kind, obj, runtime)
         _, views = _scope(subject, rules, labels)  # the same namespace: the same rules
         views = claims.resolve(views, compiled, facts)
     if subject.kind != "Pod" and views and facts is not None:  # only gpu-quota reads them
-        workload = rules.workloads.get(subject.group, subject.kind)
         ctx.totals = object_totals(views, ctx, workload is not None and workload.gang)
         ctx.gpu_specs = tuple(v.spec for v in views if v.asks_gpu)
     active = compiled.validations if facts is not None else compiled.offline_validations

@@ -28,13 +28,20 @@ from webhook.engine.checks.trust import trusted_facts, unknown_facts
 from webhook.engine.context import Context
 from webhook.engine.findings import Finding
 from webhook.engine.podviews import PodView
+from webhook.engine.queueing import QueueMeta
 from webhook.facts.model import Facts
 from webhook.facts.nodematch import Placement, expr_matches
 from webhook.facts.queues import ClusterQueue, QueueFacts
 from webhook.quantity import Amount, show
 from webhook.ruleset.rulemodels import QueueRule
 
-__all__ = ["RULE", "default_local_queue", "gpu_queue", "named_queue", "queue_label_patch"]
+__all__ = [
+    "RULE",
+    "default_local_queue",
+    "gpu_queue",
+    "named_queue",
+    "queue_label_patch",
+]
 
 RULE = "gpu-queue"
 KAI_GPU = "nvidia.com/gpu"  # what a KAI queue's `gpu` quota and limit count
@@ -43,14 +50,6 @@ KAI_GPU = "nvidia.com/gpu"  # what a KAI queue's `gpu` quota and limit count
 def _labels(meta: Mapping[str, Any] | None, key: str) -> Mapping[str, Any]:
     value = (meta or {}).get(key)
     return value if isinstance(value, dict) else {}
-
-
-def made_by_controller(meta: Mapping[str, Any] | None) -> bool:
-    """A pod or Job a controller made: its controller carries (and was judged for) the queue."""
-    refs = (meta or {}).get("ownerReferences")
-    return isinstance(refs, list) and any(
-        isinstance(r, dict) and r.get("controller") is True for r in refs
-    )
 
 
 def named_queue(meta: Mapping[str, Any] | None, cfg: QueueRule) -> tuple[str, str, str] | None:
@@ -82,32 +81,28 @@ def default_local_queue(cfg: QueueRule, queues: QueueFacts | None) -> str:
 
 
 def queue_label_patch(
-    obj: Any, ctx: Context, asks_gpu: bool, facts: Facts | None
+    where: QueueMeta | None, ctx: Context, facts: Facts | None
 ) -> list[dict[str, Any]]:
     """The JSON patch that labels an unlabelled GPU workload with its namespace's default
-    LocalQueue; never over a queue the author named, nor on what a controller made."""
-    if not asks_gpu or not isinstance(obj, dict):
-        return []
-    meta = obj.get("metadata")
-    meta = meta if isinstance(meta, dict) else None
+    LocalQueue, at `where` (`queue_metadata`); never over a queue the author named."""
     cfg = ctx.settings.gpu_queue
-    if made_by_controller(meta) or named_queue(meta, cfg) is not None or not cfg.kueue_labels:
+    if where is None or not cfg.kueue_labels or named_queue(where.value, cfg) is not None:
         return []
     queue = default_local_queue(cfg, facts.queues if facts is not None else None)
     if not queue:
         return []
     key = cfg.kueue_labels[0]
-    if meta is None:
-        return [{"op": "add", "path": "/metadata", "value": {"labels": {key: queue}}}]
-    if not isinstance(meta.get("labels"), dict):
-        return [{"op": "add", "path": "/metadata/labels", "value": {key: queue}}]
+    if where.value is None:
+        return [{"op": "add", "path": where.pointer, "value": {"labels": {key: queue}}}]
+    if not isinstance(where.value.get("labels"), dict):
+        return [{"op": "add", "path": f"{where.pointer}/labels", "value": {key: queue}}]
     escaped = key.replace("~", "~0").replace("/", "~1")
-    return [{"op": "add", "path": f"/metadata/labels/{escaped}", "value": queue}]
+    return [{"op": "add", "path": f"{where.pointer}/labels/{escaped}", "value": queue}]
 
 
-def _field(meta: Mapping[str, Any] | None, how: str) -> str:
+def _field(where: QueueMeta, how: str) -> str:
     kind, _, key = how.partition(" ")
-    return f"metadata.{'labels' if kind == 'label' else 'annotations'}[{key}]"
+    return f"{where.field}.{'labels' if kind == 'label' else 'annotations'}[{key}]"
 
 
 def _usable(queues: QueueFacts, facts: Facts) -> str:
@@ -214,8 +209,9 @@ def _kueue(
     ask: Mapping[str, Amount],
 ) -> Iterator[Finding]:
     cfg = ctx.settings.gpu_queue
-    meta = ctx.meta
-    field = _field(meta, how)
+    where = ctx.queue_meta
+    assert where is not None  # gpu_queue judges only what a queue takes
+    field = _field(where, how)
     local, clusters = queues.local_queues, queues.cluster_queues
     if local is None or clusters is None:
         yield unknown_facts(RULE, cfg.when_unknown, "Kueue's queues cannot be read", field)
@@ -294,7 +290,9 @@ def _kai(
     ask: Mapping[str, Amount],
 ) -> Iterator[Finding]:
     cfg = ctx.settings.gpu_queue
-    field = _field(ctx.meta, how)
+    where = ctx.queue_meta
+    assert where is not None
+    field = _field(where, how)
     if queues.kai_queues is None:
         yield unknown_facts(RULE, cfg.when_unknown, "KAI's queues cannot be read", field)
         return
@@ -334,16 +332,16 @@ def gpu_queue(pod: PodView, ctx: Context) -> Iterator[Finding]:
     totals = ctx.totals
     if totals is not None and pod.pointer != totals.lead:
         return  # the object is judged once, on its lead template
-    meta = ctx.meta
-    if made_by_controller(meta):
-        return
+    where = ctx.queue_meta
+    if where is None:
+        return  # no queue takes it as such (see `queue_metadata`)
     ask = dict(totals.gpus) if totals is not None else pod_gpus(pod)
     if not any(v > 0 for v in ask.values()):
         return
     cfg = ctx.settings.gpu_queue
-    named = named_queue(meta, cfg)
+    named = named_queue(where.value, cfg)
     facts, reason = trusted_facts(ctx)
-    field = "metadata.labels"
+    field = f"{where.field}.labels"
     if facts is None or facts.queues is None:
         why = reason or "the cluster's queues are not known yet"
         yield unknown_facts(RULE, cfg.when_unknown, why, field)
@@ -355,7 +353,7 @@ def gpu_queue(pod: PodView, ctx: Context) -> Iterator[Finding]:
             rule=RULE,
             summary=f"{RULE}: this {ctx.kind} asks for GPUs and names no queue",
             fix=(
-                f"set metadata.labels {label} to a queue it may use ({_usable(queues, facts)})"
+                f"set {field} {label} to a queue it may use ({_usable(queues, facts)})"
                 if cfg.kueue_labels
                 else f"label it with a queue it may use ({_usable(queues, facts)})"
             ),
