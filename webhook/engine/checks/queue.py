@@ -105,15 +105,35 @@ def _field(where: QueueMeta, how: str) -> str:
     return f"{where.field}.{'labels' if kind == 'label' else 'annotations'}[{key}]"
 
 
-def _usable(queues: QueueFacts, facts: Facts) -> str:
-    """The queues a workload of this namespace may name, as a sentence part."""
+def _takes(queues: QueueFacts, local: str, facts: Facts, ask: Mapping[str, Amount]) -> bool:
+    """Whether a LocalQueue's ClusterQueue exists, selects the namespace and covers the ask."""
+    cq = (queues.cluster_queues or {}).get((queues.local_queues or {}).get(local, ""))
+    if cq is None:
+        return False
+    labels = facts.namespace_labels
+    if labels is not None and not cq.admits_namespace(labels):
+        return False
+    return all(cq.covers(name) for name, amount in ask.items() if amount > 0)
+
+
+def _usable(queues: QueueFacts, facts: Facts, ask: Mapping[str, Amount]) -> str:
+    """The queues a GPU workload of this namespace may name, as a sentence part: LocalQueues
+    whose ClusterQueue takes it (others are named apart), and the KAI leaf queues."""
     local = sorted(queues.local_queues or {})
+    usable = [q for q in local if _takes(queues, q, facts, ask)]
+    others = [q for q in local if q not in usable]
     leaves = queues.kai_leaves()
     parts = []
-    if local:
-        parts.append(f"LocalQueues in {facts.namespace}: {', '.join(local)}")
+    if usable:
+        parts.append(f"LocalQueues in {facts.namespace}: {', '.join(usable)}")
+    elif others:
+        parts.append(
+            f"no LocalQueue in {facts.namespace} takes GPU workloads from it ({', '.join(others)} "
+            "do not: their ClusterQueues do not select the namespace or cover the GPUs)"
+        )
     if leaves:
-        parts.append(f"KAI queues: {', '.join(leaves[:10])}")
+        more = f" and {len(leaves) - 10} more" if len(leaves) > 10 else ""
+        parts.append(f"KAI queues: {', '.join(leaves[:10])}{more}")
     if not parts:
         return f"namespace {facts.namespace} has no LocalQueue, and the cluster no KAI queue"
     return "; ".join(parts)
@@ -223,7 +243,7 @@ def _kueue(
                 f"{RULE}: {how} names LocalQueue {queue}, which does not exist in namespace "
                 f"{facts.namespace}; Kueue would keep this {ctx.kind} suspended for good"
             ),
-            fix=f"name one of the queues it may use ({_usable(queues, facts)})",
+            fix=f"name one of the queues it may use ({_usable(queues, facts, ask)})",
             field=field,
         )
         return
@@ -300,7 +320,7 @@ def _kai(
         yield Finding(
             rule=RULE,
             summary=f"{RULE}: {how} names KAI queue {queue}, which does not exist",
-            fix=f"name one of the queues it may use ({_usable(queues, facts)})",
+            fix=f"name one of the queues it may use ({_usable(queues, facts, ask)})",
             field=field,
         )
         return
@@ -353,9 +373,9 @@ def gpu_queue(pod: PodView, ctx: Context) -> Iterator[Finding]:
             rule=RULE,
             summary=f"{RULE}: this {ctx.kind} asks for GPUs and names no queue",
             fix=(
-                f"set {field} {label} to a queue it may use ({_usable(queues, facts)})"
+                f"set {field} {label} to a queue it may use ({_usable(queues, facts, ask)})"
                 if cfg.kueue_labels
-                else f"label it with a queue it may use ({_usable(queues, facts)})"
+                else f"label it with a queue it may use ({_usable(queues, facts, ask)})"
             ),
             field=field,
         )
