@@ -175,24 +175,27 @@ def test_a_queue_without_its_name_is_refused_naming_the_field(
         load_snapshot(path)
 
 
-_json = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
-    max_leaves=20,
+_leaf = (
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=6)
 )
-_field_names = st.sampled_from(
-    ["spec", "metadata", "resourceGroups", "flavors", "resources", "nominalQuota",
-     "borrowingLimit", "cohort", "cohortName", "namespaceSelector", "clusterQueue", "nodeLabels",
-     "parentQueue", "gpu", "limit", "quota", "name", "namespace", "coveredResources"]
+_key = st.sampled_from(
+    ["name", "namespace", "resources", "nominalQuota", "borrowingLimit", "cohort", "cohortName",
+     "namespaceSelector", "matchLabels", "matchExpressions", "key", "operator", "values",
+     "clusterQueue", "nodeLabels", "parentQueue", "gpu", "limit", "quota", "flavors",
+     "coveredResources", "resourceGroups"]
 )  # fmt: skip
-_objects = st.recursive(
-    _json,
-    lambda inner: st.dictionaries(_field_names, inner, max_size=5) | st.lists(inner, max_size=3),
-    max_leaves=30,
+# Objects shaped like the queue kinds' (the keys they read), any value anywhere.
+_value = st.recursive(
+    _leaf,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_key, inner, max_size=4),
+    max_leaves=12,
+)
+_object = st.fixed_dictionaries(
+    {}, optional={"metadata": st.dictionaries(_key, _value, max_size=3), "spec": _value}
 )
 
 
-@given(kind=st.sampled_from(queues.KINDS), obj=st.dictionaries(_field_names, _objects, max_size=4))
+@given(kind=st.sampled_from(queues.KINDS), obj=_object)
 def test_any_object_reduces_without_crashing(kind: str, obj: dict[str, Any]) -> None:
     """Fields of a wrong type read as absent: a forged object never breaks the cache."""
     namespace, name, value = reduce(kind, obj)
