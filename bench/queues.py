@@ -166,7 +166,11 @@ def start_fake(queues: int) -> tuple[subprocess.Popen[str], str]:
 
 
 def _job() -> dict[str, Any]:
-    container = {"name": "pytorch", "image": "t:1", "resources": {"limits": {"nvidia.com/gpu": "8"}}}
+    container = {
+        "name": "pytorch",
+        "image": "t:1",
+        "resources": {"limits": {"nvidia.com/gpu": "8"}},
+    }
     spec = {"replicas": 3, "template": {"spec": {"containers": [container]}}}
     return {
         "apiVersion": "kubeflow.org/v1",

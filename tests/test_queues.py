@@ -42,7 +42,9 @@ GPU_GROUP = {
 
 def test_a_cluster_queue_reads_the_same_in_both_versions() -> None:
     """v1beta2 renamed `cohort` to `cohortName`; the quotas are Kubernetes quantities."""
-    old = cluster_queue(cq("v1beta1", cohort="ab", namespaceSelector={}, resourceGroups=[GPU_GROUP]))
+    old = cluster_queue(
+        cq("v1beta1", cohort="ab", namespaceSelector={}, resourceGroups=[GPU_GROUP])
+    )
     new = cluster_queue(
         cq("v1beta2", cohortName="ab", namespaceSelector={}, resourceGroups=[GPU_GROUP])
     )
@@ -88,7 +90,10 @@ def test_a_kai_queue_keeps_its_parent_and_gpu_quota_and_limit() -> None:
 def _kai(name: str, parent: str = "", limit: float = -1) -> tuple[str, str, Any]:
     return reduce(
         queues.KAI,
-        {"metadata": {"name": name}, "spec": {"parentQueue": parent, "resources": {"gpu": {"limit": limit}}}},
+        {
+            "metadata": {"name": name},
+            "spec": {"parentQueue": parent, "resources": {"gpu": {"limit": limit}}},
+        },
     )
 
 
@@ -120,7 +125,10 @@ def test_the_older_kueue_version_is_read_where_the_newer_is_not_served() -> None
     for plural in queues.KUEUE_PLURALS:
         store.not_served(plural, 404)  # v1beta2 not served: an older Kueue
     assert store.facts_for("ml-team") is None  # v1beta1 not listed yet: still unknown
-    lq = {"metadata": {"namespace": "ml-team", "name": "user-queue"}, "spec": {"clusterQueue": "cq"}}
+    lq = {
+        "metadata": {"namespace": "ml-team", "name": "user-queue"},
+        "spec": {"clusterQueue": "cq"},
+    }
     store.replace("localqueues.v1beta1", [reduce("localqueues.v1beta1", lq)])
     facts = store.facts_for("ml-team")
     assert facts is not None and facts.local_queues == {"user-queue": "cq"}
@@ -175,9 +183,7 @@ def test_a_queue_without_its_name_is_refused_naming_the_field(
         load_snapshot(path)
 
 
-_leaf = (
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=6)
-)
+_leaf = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=6)
 _key = st.sampled_from(
     ["name", "namespace", "resources", "nominalQuota", "borrowingLimit", "cohort", "cohortName",
      "namespaceSelector", "matchLabels", "matchExpressions", "key", "operator", "values",

@@ -137,7 +137,11 @@ def test_the_rule_acts_on_live_queues(server: FakeApiServer) -> None:
     assert "LocalQueues in ml-team: user-queue" in missing.message()
     labelled = decide(job(None))
     assert labelled.allowed
-    assert {"op": "add", "path": "/metadata/labels/kueue.x-k8s.io~1queue-name", "value": "user-queue"} in labelled.patch
+    assert {
+        "op": "add",
+        "path": "/metadata/labels/kueue.x-k8s.io~1queue-name",
+        "value": "user-queue",
+    } in labelled.patch
     over = decide(job("user-queue", gpus=8, parallelism=3))
     assert over.allowed  # a Job is no gang: warned
     assert any("gives at most 16 nvidia.com/gpu" in w for w in over.warning_lines())

@@ -127,12 +127,12 @@ def _selector_matches(sel: Mapping[str, Any], labels: Mapping[str, str]) -> bool
     for key, value in _dict(sel.get("matchLabels")).items():
         if labels.get(key) != value:
             return False
-    for expr in _list(sel.get("matchExpressions")):
-        expr = _dict(expr)
-        key, op = expr.get("key"), expr.get("operator")
+    for raw in _list(sel.get("matchExpressions")):
+        expr = _dict(raw)
+        name, op = expr.get("key"), expr.get("operator")
         values = [v for v in _list(expr.get("values")) if isinstance(v, str)]
-        has = isinstance(key, str) and key in labels
-        found = labels.get(key) if isinstance(key, str) else None
+        has = isinstance(name, str) and name in labels
+        found = labels.get(name) if isinstance(name, str) else None
         if op == "In" and found not in values:
             return False
         if op == "NotIn" and has and found in values:

@@ -14,11 +14,11 @@ from webhook.namepatterns import matches_any
 from webhook.rulecli.cases import load_cases, run_case
 from webhook.rulecli.clusternotes import cluster_notes
 from webhook.rulecli.exemptnotes import exemption_notes, partial_exemptions
+from webhook.rulecli.queuenotes import queue_lines
 from webhook.rulecli.webhooks import render_webhooks
 from webhook.ruleset.components import CLUSTER_NAMESPACES
 from webhook.ruleset.files import LoadedRules, RuleFileError, load_rules_with_sources
 from webhook.ruleset.models import Override, RuleSet
-from webhook.rulecli.queuenotes import queue_lines
 from webhook.ruleset.quotas import QuotasIn, budget_plans, disagreements
 from webhook.ruleset.resolve import resolve
 
