@@ -6,8 +6,10 @@ process, so its memory is not counted. It holds N LocalQueues (one per namespace
 ClusterQueues (each with a CPU/memory group and a GPU group of two flavors, and a status as
 Kueue writes it), 4 ResourceFlavors and N KAI Queues (a parent per 10), besides 200 namespaces
 and 500 GPU nodes. The cache syncs in this process; the figures are the time from start until
-every queue kind is listed, and the RSS growth over the same cache with no queue installed.
-It also times one gpu-queue judgement of a PyTorchJob on those facts.
+every queue kind is listed (with the core kinds listed beside them), the RSS growth of the
+whole cache, and the bytes the queue store itself keeps (every object it reaches, once). It
+also times the review of a labelled 32-GPU PyTorchJob on those facts with gpu-queue off and
+enforced (the cache stopped first, so its threads do not share the CPU with the timing).
 
 Run from the repository root: `.venv/bin/python bench/queues.py [--queues 0 1000 10000]`.
 """
@@ -180,8 +182,32 @@ def _job() -> dict[str, Any]:
     }
 
 
-def measure(url: str, queues: int) -> tuple[float, float, float]:
-    """(sync seconds, RSS growth MB, µs per gpu-queue judgement)."""
+def deep_size(root: object) -> int:
+    """Bytes held by `root` and everything it reaches, each object counted once."""
+    seen: set[int] = set()
+    todo = [root]
+    total = 0
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen or isinstance(obj, type):
+            continue
+        seen.add(id(obj))
+        total += sys.getsizeof(obj)
+        if isinstance(obj, dict):
+            todo.extend(obj.keys())
+            todo.extend(obj.values())
+        elif isinstance(obj, list | tuple | set | frozenset):
+            todo.extend(obj)
+        elif hasattr(obj, "__slots__"):
+            todo.extend(getattr(obj, n) for n in obj.__slots__ if hasattr(obj, n))
+        elif hasattr(obj, "__dict__"):
+            todo.append(vars(obj))
+    return total
+
+
+def measure(url: str, queues: int) -> tuple[float, float, float, float, float]:
+    """(sync seconds, RSS growth MB, MB the queue store keeps, µs per PyTorchJob review with
+    gpu-queue off and on)."""
     from kubernetes import client
 
     from webhook.engine.compiled import compile_rules
@@ -218,16 +244,22 @@ def measure(url: str, queues: int) -> tuple[float, float, float]:
     took = time.perf_counter() - started
     gc.collect()
     grown = rss_mb() - before
-    rules = compile_rules(RuleSet.model_validate({"rules": {"gpu-queue": {"mode": "enforce"}}}))
+    kept = deep_size(cache._queues) / 2**20
+    facts = cache.facts_for("team-1")
+    cache.stop()  # the watch threads would share the CPU with the timing below
     obj = _job()
     subject = subject_for(obj, namespace="team-1", group="kubeflow.org", kind="PyTorchJob")
-    rounds = 2000
-    t0 = time.perf_counter()
-    for _ in range(rounds):
-        evaluate(subject, rules, cache.facts_for("team-1"), stage=Stage.VALIDATE)
-    per = (time.perf_counter() - t0) / rounds * 1e6
-    cache.stop()
-    return took, grown, per
+    per = []
+    for mode in ("off", "enforce"):
+        rules = compile_rules(RuleSet.model_validate({"rules": {"gpu-queue": {"mode": mode}}}))
+        for _ in range(200):
+            evaluate(subject, rules, facts, stage=Stage.VALIDATE)  # warm up
+        rounds = 3000
+        t0 = time.perf_counter()
+        for _ in range(rounds):
+            evaluate(subject, rules, facts, stage=Stage.VALIDATE)
+        per.append((time.perf_counter() - t0) / rounds * 1e6)
+    return took, grown, kept, per[0], per[1]
 
 
 def main() -> None:
@@ -238,8 +270,11 @@ def main() -> None:
     if args.fake_server is not None:
         serve_fake(args.fake_server)
         return
-    print("| queues of each kind | sync s | cache RSS MB | PyTorchJob review µs |")
-    print("| --- | --- | --- | --- |")
+    print(
+        "| queues of each kind | sync s | cache RSS MB | queue store MB "
+        "| PyTorchJob review µs, gpu-queue off | on |"
+    )
+    print("| --- | --- | --- | --- | --- | --- |")
     for n in args.queues:
         proc, url = start_fake(n)
         try:
@@ -259,7 +294,7 @@ def main() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--measure":
-        took, grown, per = measure(sys.argv[2], int(sys.argv[3]))
-        print(f"{took:.2f} | {grown:.1f} | {per:.0f}")
+        took, grown, kept, off, on = measure(sys.argv[2], int(sys.argv[3]))
+        print(f"{took:.2f} | {grown:.1f} | {kept:.2f} | {off:.0f} | {on:.0f}")
     else:
         main()
