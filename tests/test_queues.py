@@ -218,3 +218,23 @@ def test_any_object_reduces_without_crashing(kind: str, obj: dict[str, Any]) -> 
     if facts is not None:
         for leaf in facts.kai_leaves():
             facts.kai_limits(leaf)
+
+
+def test_rules_explain_says_a_queue_keeps_the_gpus_where_gpu_queue_is_on(tmp_path: Path) -> None:
+    import io
+
+    from webhook.rulecli.commands import explain
+
+    (tmp_path / "rules.yaml").write_text(
+        'rules:\n  gpu-queue: {mode: "off"}\n'
+        "overrides:\n  - name: batch\n    namespaces: [ml-team]\n"
+        "    rules: {gpu-queue: {mode: enforce, defaultQueue: user-queue}}\n"
+    )
+    out = io.StringIO()
+    explain(tmp_path, "ml-team", {}, out)
+    said = out.getvalue()
+    assert "queue: gpu-queue (enforce): GPU workloads here go through a batch queue" in said
+    assert "labelled with LocalQueue 'user-queue'" in said
+    out = io.StringIO()
+    explain(tmp_path, "inference", {}, out)
+    assert "queue: gpu-queue" not in out.getvalue()  # off there: budgets and quotas keep it
