@@ -51,6 +51,10 @@ PATHS = {
     "validatingwebhookconfigurations": (
         "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
     ),
+    "localqueues": "/apis/kueue.x-k8s.io/v1beta2/localqueues",
+    "clusterqueues": "/apis/kueue.x-k8s.io/v1beta2/clusterqueues",
+    "resourceflavors": "/apis/kueue.x-k8s.io/v1beta2/resourceflavors",
+    "queues": "/apis/scheduling.run.ai/v2/queues",
 }
 KIND_NAMES = {
     "namespaces": ("v1", "Namespace"),
@@ -80,13 +84,17 @@ KIND_NAMES = {
         "admissionregistration.k8s.io/v1",
         "ValidatingWebhookConfiguration",
     ),
+    "localqueues": ("kueue.x-k8s.io/v1beta2", "LocalQueue"),
+    "clusterqueues": ("kueue.x-k8s.io/v1beta2", "ClusterQueue"),
+    "resourceflavors": ("kueue.x-k8s.io/v1beta2", "ResourceFlavor"),
+    "queues": ("scheduling.run.ai/v2", "Queue"),
 }
 # Kinds that also answer on /namespaces/{namespace}/<plural> under their group's prefix.
 NAMESPACED = {
     "pods", "resourcequotas", "configmaps", "deployments", "statefulsets", "daemonsets",
     "replicasets", "jobs", "cronjobs", "machinesets", "machinedeployments",
     "machinepools", "mpijobs",
-    "resourceclaimtemplates", "resourceclaims", "servingruntimes",
+    "resourceclaimtemplates", "resourceclaims", "servingruntimes", "localqueues",
 }  # fmt: skip
 
 

@@ -273,6 +273,8 @@ _SWITCHES = {
     "gpu-priority-class": ("gpu_priority_class", "mutate"),
     "visible-devices": ("visible_devices", "mutate"),
 }
+# Mutations no policy makes (they label the object from cluster facts): always switched off.
+_WEBHOOK_ONLY = {"gpu-queue": ("gpu_queue", "mutate")}
 
 
 @functools.cache
@@ -282,7 +284,7 @@ def _only(rule_file: Path | None, rule: str) -> CompiledRuleSet:
     source = _compiled(rule_file).source
     settings = source.rules
     update = {}
-    for other, (field, switch) in _SWITCHES.items():
+    for other, (field, switch) in {**_SWITCHES, **_WEBHOOK_ONLY}.items():
         if other != rule:
             current = getattr(settings, field)
             update[field] = current.model_copy(update={switch: False})

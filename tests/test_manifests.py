@@ -278,6 +278,10 @@ def test_the_webhook_may_only_read_the_cluster() -> None:
         ("resource.k8s.io", "resourceslices"),  # GPUs served through DRA, per node
         ("serving.kserve.io", "servingruntimes"),  # whether a runtime brings /dev/shm
         ("serving.kserve.io", "clusterservingruntimes"),
+        ("kueue.x-k8s.io", "localqueues"),  # gpu-queue: which queues exist, their quotas
+        ("kueue.x-k8s.io", "clusterqueues"),
+        ("kueue.x-k8s.io", "resourceflavors"),
+        ("scheduling.run.ai", "queues"),  # KAI Scheduler's / Run:ai's queues
         # how long the admission chain may keep a pod create waiting: GPU holds outlast it
         ("admissionregistration.k8s.io", "validatingwebhookconfigurations"),
     }

@@ -25,6 +25,7 @@ from webhook.facts.model import (
     Usage,
 )
 from webhook.facts.provisioning import by_namespace
+from webhook.facts.queues import QueueFacts
 from webhook.facts.reservations import Reservations, ReservingFacts
 from webhook.facts.usages import NamespaceUsages
 
@@ -242,6 +243,7 @@ def test_facts_with_holds_keep_all_else_the_source_said() -> None:
         dra=DraFacts(None, None, None, {}),
         unheld=Usage(by_resource={"other.com/gpu": Fraction(1)}, by_product={}),
         usages=NamespaceUsages(lambda: {}, lambda: {}),
+        queues=QueueFacts({}, {}, {}, {}),
     )
     for f in dataclasses.fields(Facts):
         if f.default is not dataclasses.MISSING:

@@ -111,6 +111,12 @@ _DOCS: dict[str, RuleDoc] = {
         "more than one of a time-sliced resource: the pod would stay Pending forever. Needs "
         "cluster facts.",
     ),
+    "gpu-queue": RuleDoc(
+        "GPU workloads go through a batch queue that can admit them",
+        "Off by default. A GPU workload names a Kueue LocalQueue or KAI queue that exists (or "
+        "gets the namespace's default LocalQueue), whose ClusterQueue covers the GPUs asked and "
+        "could ever give them all. Needs cluster facts.",
+    ),
     UNREADABLE_RULE: RuleDoc(
         "Objects are readable as Kubernetes objects",
         "A field has a type no Kubernetes object can have there (a string where a list "

@@ -63,6 +63,9 @@ class CompiledRules:
         self.modes: Mapping[str, Mode] = modes
         active = tuple((v, modes[v.rule]) for v in VALIDATIONS if modes[v.rule] is not Mode.OFF)
         self.validations: tuple[tuple[Validation, Mode], ...] = active
+        # gpu-queue judges and labels the object itself (not a pod spec), when it is on.
+        self.queue_active = modes["gpu-queue"] is not Mode.OFF
+        self.queue_mutation = mutating and self.settings.gpu_queue.mutate and self.queue_active
         self.offline_validations = tuple(
             (v, m) for v, m in active if not v.needs_cluster or v.offline_part
         )

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
+from webhook.engine.queueing import QueueMeta
 from webhook.engine.totals import Totals
 from webhook.facts.dra import DraFacts
 from webhook.facts.model import Facts, Node
@@ -72,7 +73,18 @@ class Context:
     A plain class, not a dataclass: the slots keep it small and quick to build per review.
     """
 
-    __slots__ = ("dra", "facts", "kind", "namespace", "operation", "rules", "totals", "workload")
+    __slots__ = (
+        "dra",
+        "facts",
+        "gpu_specs",
+        "kind",
+        "namespace",
+        "operation",
+        "queue_meta",
+        "rules",
+        "totals",
+        "workload",
+    )
 
     def __init__(
         self,
@@ -97,6 +109,12 @@ class Context:
         # (kind, name) of the DaemonSet the object is or names as its controller (set before
         # validation): a node agent's denial advises exempting that DaemonSet.
         self.workload: tuple[str, str] | None = None
+        # Where a batch queue reads the object's queue name (gpu-queue's
+        # `queue.queue_metadata`); None: no queue takes the object as such.
+        self.queue_meta: QueueMeta | None = None
+        # The pod specs of the object's templates that ask for GPUs (set with `totals`): where
+        # its pods may run, for gpu-queue's flavors. Empty for a pod: its own view has it.
+        self.gpu_specs: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def settings(self) -> RuleSettings:

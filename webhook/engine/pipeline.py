@@ -15,13 +15,14 @@ from typing import Any, Final
 
 from webhook.engine import claims, exempt
 from webhook.engine.accounting import hold_reach, object_totals, pod_gpus
-from webhook.engine.checks import ISOLATION_RULES, Mutation, Validation
+from webhook.engine.checks import ISOLATION_RULES, Mutation, Validation, queue
 from webhook.engine.compiled import CompiledRules, CompiledRuleSet
 from webhook.engine.context import Context
 from webhook.engine.decision import Decision, Mode, combine, unreadable
 from webhook.engine.findings import Finding
 from webhook.engine.patch import clone, diff, working_copy
 from webhook.engine.podviews import PodView, UnreadableObject, pod_views
+from webhook.engine.queueing import queue_metadata
 from webhook.engine.sharedmaps import RULE, judge_config_map
 from webhook.engine.sharing import mark_shared
 from webhook.engine.subject import Subject
@@ -77,10 +78,20 @@ def _evaluate(
     views = claims.resolve(views, compiled, dra)  # DRA claims that reach GPU classes
     ctx = Context(compiled, subject.namespace, subject.kind, subject.operation, facts, dra)
     ctx.workload = exempt.workload_of(subject)  # what a node agent's denial advises exempting
+    workload = rules.workloads.get(subject.group, subject.kind)
+    runtime = workload is not None and workload.runtime
+    if compiled.queue_active:  # where its queue name is: only gpu-queue reads it
+        ctx.queue_meta = queue_metadata(subject.group, subject.kind, subject.obj, runtime)
     patch: list[dict[str, Any]] = []
     mutated_by: list[str] = []
     if stage is not Stage.VALIDATE:
         _mutate(views, ctx, compiled.mutations, patch, mutated_by)
+        # gpu-queue labels the object itself (no pod spec's edit), when it asks for GPUs.
+        if compiled.queue_mutation and any(v.asks_gpu and not v.isolation_only for v in views):
+            labelled = queue.queue_label_patch(ctx.queue_meta, ctx, facts)
+            if labelled:
+                patch.extend(labelled)
+                mutated_by.append(queue.RULE)
         if stage is Stage.MUTATE:
             return combine((), patch=patch, mutated_by=mutated_by)
     obj = subject.obj
@@ -90,11 +101,13 @@ def _evaluate(
         # A JSON-only clone is several times cheaper than the deepcopy apply_patch would make.
         obj = jsonpatch.JsonPatch(patch).apply(clone(obj), in_place=True)
         subject = dataclasses.replace(subject, obj=obj)
+        if compiled.queue_active:
+            ctx.queue_meta = queue_metadata(subject.group, subject.kind, obj, runtime)
         _, views = _scope(subject, rules, labels)  # the same namespace: the same rules
         views = claims.resolve(views, compiled, dra)
     if subject.kind != "Pod" and views and facts is not None:  # only gpu-quota reads them
-        workload = rules.workloads.get(subject.group, subject.kind)
         ctx.totals = object_totals(views, ctx, workload is not None and workload.gang)
+        ctx.gpu_specs = tuple(v.spec for v in views if v.asks_gpu)
     active = compiled.validations if facts is not None else compiled.offline_validations
     findings = _validate(views, ctx, active)
     return combine(

@@ -180,6 +180,7 @@ LEFT_OUT: dict[str, str] = {
     "gpu-quota": f"{_FACTS} (namespace budgets, usage, ResourceQuota)",
     "gpu-priority-class": f"{_FACTS} (whether the class exists, its value)",
     "gpu-schedulable": f"{_FACTS} (node shapes, labels, provisioning)",
+    "gpu-queue": f"{_FACTS} (Kueue's and KAI's queues, their quotas and flavors)",
     "gpu-shm": (
         "its finding (a KServe predictor whose serving runtime may bring /dev/shm) depends on "
         "the runtime, a cluster fact"

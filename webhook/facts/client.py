@@ -24,11 +24,12 @@ def list_call(api_client: Any, kind: Kind, *, namespace: str | None = None) -> C
 
     if kind.api == "custom":
         custom = client.CustomObjectsApi(api_client)
+        plural = kind.name.partition(".")[0]  # `localqueues.v1beta1`: the older version's
         if namespace is not None:
             return functools.partial(
-                custom.list_namespaced_custom_object, kind.group, kind.version, namespace, kind.name
+                custom.list_namespaced_custom_object, kind.group, kind.version, namespace, plural
             )
-        return functools.partial(getattr(custom, kind.method), kind.group, kind.version, kind.name)
+        return functools.partial(getattr(custom, kind.method), kind.group, kind.version, plural)
     api = {
         "core": client.CoreV1Api,
         "scheduling": client.SchedulingV1Api,

@@ -26,7 +26,8 @@ optional the same way (404: DRA not served, known empty; 403: unknown) and kept 
 `webhook.facts.dra` reduces them. A claim made for a pod from a template ends that pod's
 hold: from then on the claim itself counts.
 
-KServe's ServingRuntimes and ClusterServingRuntimes (`serving.kserve.io/v1alpha1`) too (404:
+Kueue's and KAI's queues are optional the same way (`webhook.facts.queues`), and so are
+KServe's ServingRuntimes and ClusterServingRuntimes (`serving.kserve.io/v1alpha1`) (404:
 KServe not installed, known empty; 403: unknown), kept as `webhook.facts.servingruntimes`
 reduces them: which runtime an InferenceService predictor uses, and whether it brings /dev/shm.
 """
@@ -44,7 +45,7 @@ from typing import Any
 
 import orjson
 
-from webhook.facts import dra, objects, servingruntimes, webhookconfigs
+from webhook.facts import dra, objects, queues, servingruntimes, webhookconfigs
 from webhook.facts.client import list_call
 from webhook.facts.model import (
     EMPTY_USAGE,
@@ -59,7 +60,7 @@ from webhook.facts.model import (
     Usage,
 )
 from webhook.facts.podpages import decode_pod_page
-from webhook.facts.provisioning import Provisioning, by_namespace
+from webhook.facts.provisioning import Provisioning, listed_shapes
 from webhook.facts.relist import Fresh, Shapes
 from webhook.facts.reservations import Reservations
 from webhook.facts.usages import NamespaceUsages
@@ -67,6 +68,7 @@ from webhook.facts.watched import (
     DRA_KINDS,
     KINDS,
     PROVISIONING_KINDS,
+    QUEUE_KINDS,
     SERVING_KINDS,
     SHAPES,
     WEBHOOK_KINDS,
@@ -81,7 +83,7 @@ __all__ = ["DRA_KINDS", "KINDS", "PROVISIONING_KINDS", "SERVING_KINDS", "LiveCac
 log = logging.getLogger("gpu-admission.cache")
 
 
-_OPTIONAL = PROVISIONING_KINDS + DRA_KINDS + SERVING_KINDS + WEBHOOK_KINDS
+_OPTIONAL = PROVISIONING_KINDS + DRA_KINDS + SERVING_KINDS + WEBHOOK_KINDS + QUEUE_KINDS
 
 # What a namespace without a relevant ConfigMap hands out: known, and empty.
 _NO_CONFIG_MAPS: Mapping[str, Mapping[str, str]] = MappingProxyType({})
@@ -137,6 +139,7 @@ class LiveCache:
         )
         self._runtimes = servingruntimes.RuntimeStore()  # KServe's serving runtimes
         self._webhooks = webhookconfigs.WebhookTimeouts()  # how long the chain waits
+        self._queues = queues.QueueStore()  # Kueue's and KAI's queues
         self._lock = threading.Lock()  # writers only; readers take references to whole values
         self._contact: dict[str, float] = {}  # kind -> monotonic time of last sign of life
         self._synced: set[str] = set()
@@ -182,6 +185,7 @@ class LiveCache:
             self._dra.facts_for(namespace),  # dra
             None,  # unheld: holds are ReservingFacts' to add
             self._usages,  # every namespace's, for budgets over several
+            self._queues.facts_for(namespace),  # queues
         )
 
     def age_seconds(self) -> float | None:
@@ -266,6 +270,8 @@ class LiveCache:
             with self._lock:
                 return self._webhooks.not_served(status)
         with self._lock:
+            if kind in QUEUE_KINDS:
+                return self._queues.not_served(kind.name, status)
             if kind in DRA_KINDS:
                 self._dra.not_served(kind.name, forbidden=status == 403)
             else:
@@ -407,22 +413,13 @@ class LiveCache:
                 self._runtimes.replace(kind, fresh.runtimes)
             elif kind == webhookconfigs.KIND:
                 self._webhooks.replace(fresh.webhooks)
+            elif kind in queues.KINDS:
+                self._queues.replace(kind, fresh.queues)
 
     def _provisionable_now(self) -> Provisioning | None:
-        """Every listed autoscaler kind's shapes by namespace; None while one is unknown or
-        none is installed (nothing was read: a pool at zero may be behind an autoscaler we
-        cannot see). An object that cannot be told makes its namespace's shapes unknown."""
-        items: list[tuple[str, tuple[Node, ...] | None]] = []
-        for kind in PROVISIONING_KINDS:
-            if kind.name in self._absent:
-                continue
-            shapes = self._autoscaling.get(kind.name)
-            if shapes is None:
-                return None
-            items += [(namespace, one) for (namespace, _), one in shapes.items()]
-        if len(self._absent) == len(PROVISIONING_KINDS):
-            return None
-        return by_namespace(items)
+        """Every listed autoscaler kind's shapes (`provisioning.listed_shapes`)."""
+        names = tuple(k.name for k in PROVISIONING_KINDS)
+        return listed_shapes(names, self._autoscaling, self._absent)
 
     def _node_product(self, name: str) -> str:
         node = self._nodes.get(name)
@@ -468,6 +465,8 @@ class LiveCache:
                 objects.put_config_map_keys(self._config_maps, ns, name, keys)
             elif kind == webhookconfigs.KIND:
                 self._webhooks.put(name, None if deleted else webhookconfigs.reduce(obj)[1])
+            elif kind in queues.KINDS:
+                self._queues.put(kind, ns, name, None if deleted else queues.reduce(kind, obj)[2])
             elif kind in servingruntimes.KINDS:
                 runtime = None if deleted else servingruntimes.reduce(kind, obj)[1]
                 self._runtimes.put(kind, ns, name, runtime)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from webhook.facts.dra import DraFacts
+from webhook.facts.queues import QueueFacts
 from webhook.facts.quotascopes import ScopeTerm, pod_matches
 from webhook.namepatterns import NamePatterns
 from webhook.quantity import Amount
@@ -342,6 +343,9 @@ class Facts:
     # What every other namespace holds, for budgets over several namespaces. None: the source
     # knows its namespaces one at a time only.
     usages: Usages | None = None
+    # Kueue's and KAI's queues as this namespace sees them (`webhook.facts.queues`). None:
+    # the source knows none of their kinds.
+    queues: QueueFacts | None = None
 
     def __init__(
         self,
@@ -359,6 +363,7 @@ class Facts:
         dra: DraFacts | None = None,
         unheld: Usage | None = None,
         usages: Usages | None = None,
+        queues: QueueFacts | None = None,
     ) -> None:
         self.namespace = namespace
         self.namespace_labels = namespace_labels
@@ -374,6 +379,7 @@ class Facts:
         self.dra = dra
         self.unheld = unheld
         self.usages = usages
+        self.queues = queues
 
     def priority_class(self, name: str) -> PriorityClass | None:
         return self.priority_classes.get(name)
@@ -401,6 +407,7 @@ class Facts:
             self.dra,
             unheld,
             self.usages if usages is None else usages,
+            self.queues,
         )
 
 

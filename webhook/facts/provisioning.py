@@ -33,6 +33,7 @@ __all__ = [
     "ANY_COUNT",
     "Provisioning",
     "by_namespace",
+    "listed_shapes",
     "machine_group_shapes",
     "node_pool_shapes",
     "provisionable_shapes",
@@ -443,3 +444,24 @@ def by_namespace(items: Iterable[tuple[str, tuple[Node, ...] | None]]) -> Provis
         else:
             these += shapes
     return Provisioning({n: None if s is None else tuple(s) for n, s in found.items()})
+
+
+def listed_shapes(
+    kinds: tuple[str, ...],
+    listed: Mapping[str, Mapping[tuple[str, str], tuple[Node, ...] | None]],
+    absent: set[str],
+) -> Provisioning | None:
+    """Every listed autoscaler kind's shapes by namespace; None while one is unknown or none
+    is installed (nothing was read: a pool at zero may be behind an autoscaler we cannot
+    see). An object that cannot be told makes its namespace's shapes unknown."""
+    items: list[tuple[str, tuple[Node, ...] | None]] = []
+    for kind in kinds:
+        if kind in absent:
+            continue
+        shapes = listed.get(kind)
+        if shapes is None:
+            return None
+        items += [(namespace, one) for (namespace, _), one in shapes.items()]
+    if len(absent.intersection(kinds)) == len(kinds):
+        return None
+    return by_namespace(items)

@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from webhook.facts import dra, objects, servingruntimes, webhookconfigs
+from webhook.facts import dra, objects, queues, servingruntimes, webhookconfigs
 from webhook.facts.model import (
     TERMINATED,
     Node,
@@ -41,6 +41,7 @@ class Fresh:
         self.dra: list[tuple[str, str, Any]] = []  # one DRA kind's objects, `dra.reduce`d
         self.runtimes: list[tuple[str, ServingRuntime]] = []  # `servingruntimes.reduce`d
         self.webhooks: list[tuple[str, int | None]] = []  # `webhookconfigs.reduce`d
+        self.queues: list[tuple[str, str, Any]] = []  # one queue kind's, `queues.reduce`d
 
     def add(self, kind: str, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}
@@ -72,3 +73,5 @@ class Fresh:
             self.runtimes.append(servingruntimes.reduce(kind, obj))
         elif kind == webhookconfigs.KIND:
             self.webhooks.append(webhookconfigs.reduce(obj))
+        elif kind in queues.KINDS:
+            self.queues.append(queues.reduce(kind, obj))

@@ -14,6 +14,9 @@ KServe's runtimes (`servingRuntimes`, each with its metadata.namespace, and
 `clusterServingRuntimes`, whole, as the API returns them) are read by
 `webhook.facts.servingruntimes`: with neither section they are unknown (an InferenceService
 predictor then gets no /dev/shm, and a warning); with either, the other is known and empty.
+Queues (`localQueues`, `clusterQueues`, `resourceFlavors`: Kueue's; `queues`: KAI's and
+Run:ai's) are the same: with none of the four sections they are unknown; with any, the others
+are known and empty.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
-from webhook.facts import dra
+from webhook.facts import dra, queues
 from webhook.facts.census import Census
 from webhook.facts.model import (
     GPU_PRODUCT_LABEL,
@@ -37,6 +40,7 @@ from webhook.facts.model import (
     Quota,
 )
 from webhook.facts.provisioning import provisioning
+from webhook.facts.queues import QueueStore
 from webhook.facts.quotascopes import ScopeTerm
 from webhook.facts.quotascopes import problems as scope_problems
 from webhook.facts.servingruntimes import RuntimeStore
@@ -192,6 +196,12 @@ class SnapshotFile(_Model):
     # admissionregistration.k8s.io/v1 ValidatingWebhookConfigurations whole: how long the
     # admission chain may keep a pod create waiting (`webhook.facts.webhookconfigs`).
     validating_webhook_configurations: list[dict[str, Any]] | None = None
+    # Kueue's LocalQueues (each with its metadata.namespace), ClusterQueues and
+    # ResourceFlavors, and KAI/Run:ai Queues, whole; read by `webhook.facts.queues`.
+    local_queues: list[dict[str, Any]] | None = None
+    cluster_queues: list[dict[str, Any]] | None = None
+    resource_flavors: list[dict[str, Any]] | None = None
+    queues: list[dict[str, Any]] | None = None
 
 
 class SnapshotError(ValueError):
@@ -290,7 +300,29 @@ def snapshot_from_doc(doc: SnapshotFile) -> StaticSnapshot:
             doc.node_pools, doc.machine_sets, doc.machine_deployments, doc.machine_pools
         ),
         census=_census(doc),
+        queues=_queues(doc),
     )
+
+
+def _queues(doc: SnapshotFile) -> QueueStore | None:
+    """Kueue's and KAI's queues; None: no section given. Given Kueue sections, a left-out
+    Kueue section is known and empty; so is KAI's when a Kueue one is given, and back."""
+    sections = {
+        queues.LOCAL: (doc.local_queues, "localQueues"),
+        queues.CLUSTER: (doc.cluster_queues, "clusterQueues"),
+        queues.FLAVOR: (doc.resource_flavors, "resourceFlavors"),
+        queues.KAI: (doc.queues, "queues"),
+    }
+    if all(objects is None for objects, _ in sections.values()):
+        return None
+    for kind, (objects, where) in sections.items():
+        for i, obj in enumerate(objects or ()):
+            meta = obj.get("metadata")
+            if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
+                raise SnapshotError(f"{where}[{i}].metadata.name: required")
+            if kind == queues.LOCAL and not isinstance(meta.get("namespace"), str):
+                raise SnapshotError(f"{where}[{i}].metadata.namespace: required")
+    return QueueStore.from_objects({kind: objects or [] for kind, (objects, _) in sections.items()})
 
 
 def _census(doc: SnapshotFile) -> Census | None:

@@ -27,6 +27,7 @@ from webhook.facts.model import (
     visible_devices_keys,
 )
 from webhook.facts.provisioning import Provisioning, by_namespace
+from webhook.facts.queues import QueueStore
 from webhook.facts.servingruntimes import RuntimeStore
 from webhook.facts.usages import NamespaceUsages
 from webhook.facts.webhookconfigs import WebhookTimeouts
@@ -76,6 +77,7 @@ class StaticSnapshot:
         serving_runtimes: RuntimeStore | None = None,
         webhooks: WebhookTimeouts | None = None,
         census: Census | None = None,
+        queues: QueueStore | None = None,
     ) -> None:
         """`config_maps` and `secrets` are (namespace, name, data) with data decoded; None
         means the kind is unknown, as for `provisionable` (shapes the cluster can create; given
@@ -102,6 +104,7 @@ class StaticSnapshot:
         self._dra = dra_cache  # DeviceClasses, claim templates, claims; None: unknown
         self._runtimes = serving_runtimes  # KServe's; None: unknown
         self._webhooks = webhooks  # validating webhook configurations; None: unknown
+        self._queues = queues  # Kueue's and KAI's queues; None: unknown
         self.census = census  # who runs where (`rules check`); None: not known
         # What every namespace holds, for budgets over several namespaces.
         self._usages = NamespaceUsages(
@@ -140,6 +143,7 @@ class StaticSnapshot:
             dra=None if self._dra is None else self._dra.facts_for(namespace),
             serving_runtimes=runtimes.facts_for(namespace) if runtimes is not None else None,
             usages=self._usages,
+            queues=None if self._queues is None else self._queues.facts_for(namespace),
         )
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from webhook.facts import dra, servingruntimes, webhookconfigs
+from webhook.facts import dra, queues, servingruntimes, webhookconfigs
 from webhook.facts.model import Node
 from webhook.facts.provisioning import machine_group_shapes, node_pool_shapes
 
@@ -23,6 +23,7 @@ __all__ = [
     "DRA_KINDS",
     "KINDS",
     "PROVISIONING_KINDS",
+    "QUEUE_KINDS",
     "SERVING_KINDS",
     "SHAPES",
     "WEBHOOK_KINDS",
@@ -81,6 +82,21 @@ DRA_KINDS = tuple(
 SERVING_KINDS = tuple(
     Kind(n, "custom", _CUSTOM, group="serving.kserve.io", version="v1alpha1")
     for n in servingruntimes.KINDS
+)
+
+# Kueue's LocalQueues, ClusterQueues and ResourceFlavors (v1beta2 and v1beta1) and KAI's
+# Queues, optional the same way (404: that version or project is not installed); kept as
+# `webhook.facts.queues` reduces them. The cache kind's name carries a version other than
+# the newest (`localqueues.v1beta1`); the list call takes the plural.
+QUEUE_KINDS = tuple(
+    Kind(
+        k,
+        "custom",
+        _CUSTOM,
+        group=queues.KAI_GROUP if k in queues.KAI_KINDS else queues.KUEUE_GROUP,
+        version=queues.plural_of(k)[1],
+    )
+    for k in queues.KINDS
 )
 
 # The validating webhooks on pods: how long the admission chain may keep a create from being

@@ -16,6 +16,7 @@ from webhook.rulecli.cases import load_cases, run_case
 from webhook.rulecli.clusterchecks import cluster_problems
 from webhook.rulecli.clusternotes import cluster_notes
 from webhook.rulecli.exemptnotes import exemption_notes, partial_exemptions
+from webhook.rulecli.queuenotes import queue_lines
 from webhook.rulecli.webhooks import render_webhooks
 from webhook.ruleset.components import CLUSTER_NAMESPACES
 from webhook.ruleset.files import LoadedRules, RuleFileError, load_rules_with_sources, located
@@ -273,6 +274,8 @@ def explain(folder: Path | None, namespace: str, labels: dict[str, str] | None, 
         ):
             for line in plans[budget.name].describe():
                 print(line, file=out)
+    for line in queue_lines(resolved.rules.rules.gpu_queue):
+        print(line, file=out)
     effective = resolved.rules.rules.model_dump(by_alias=True, mode="json")
     for rule_id, settings in effective.items():
         print(f"{rule_id}:", file=out)

@@ -28,6 +28,7 @@ SHARED_RULES: tuple[str, ...] = (
     "gpu-quota",
     "gpu-priority-class",
     "gpu-schedulable",
+    "gpu-queue",
     "gpu-toleration-without-gpu",
 )
 # The pod's own shape and hygiene: broken, they cost only the pod's author (the apiserver or

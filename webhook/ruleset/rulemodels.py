@@ -302,6 +302,23 @@ class SchedulableRule(RuleModel):
     when_unknown: WhenUnknown = "allow"
 
 
+class QueueRule(RuleModel):
+    """GPU workloads go through a batch queue (Kueue or KAI Scheduler), one that exists and
+    could ever admit them: said at apply time, not after hours suspended."""
+
+    mode: ModeName = "off"
+    # Label the workload with its namespace's Kueue LocalQueue when it names none: the one
+    # `defaultQueue` names, else a LocalQueue named `default`, else the namespace's only one.
+    mutate: bool = True
+    default_queue: str = Field(default="", examples=["team-a-queue"])
+    # Labels that name a Kueue LocalQueue, and those that name a KAI/Run:ai Queue.
+    kueue_labels: list[str] = Field(default_factory=lambda: ["kueue.x-k8s.io/queue-name"])
+    kai_labels: list[str] = Field(default_factory=lambda: ["kai.scheduler/queue", "runai/queue"])
+    # Annotations read as a Kueue queue name too (older Kueue releases read this one).
+    kueue_annotations: list[str] = Field(default_factory=lambda: ["kueue.x-k8s.io/queue-name"])
+    when_unknown: WhenUnknown = "allow"
+
+
 class RuleSettings(RuleModel):
     """The settings of every rule, one entry per rule id (a rule file's `rules:`)."""
 
@@ -339,3 +356,4 @@ class RuleSettings(RuleModel):
     gpu_schedulable: SchedulableRule = Field(
         default_factory=SchedulableRule, alias="gpu-schedulable"
     )
+    gpu_queue: QueueRule = Field(default_factory=QueueRule, alias="gpu-queue")

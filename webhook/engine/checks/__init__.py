@@ -18,6 +18,7 @@ from webhook.engine.checks import (
     placement,
     priority,
     probes,
+    queue,
     quota,
     resources,
     schedulable,
@@ -90,6 +91,7 @@ VALIDATIONS: tuple[Validation, ...] = (
         offline_part=True,
     ),
     Validation("gpu-schedulable", schedulable.gpu_schedulable, gpu_only=True, needs_cluster=True),
+    Validation("gpu-queue", queue.gpu_queue, gpu_only=True, needs_cluster=True),
 )
 
 
