@@ -71,7 +71,17 @@ class Context:
     A plain class, not a dataclass: the slots keep it small and quick to build per review.
     """
 
-    __slots__ = ("facts", "kind", "namespace", "operation", "rules", "totals", "workload")
+    __slots__ = (
+        "deadline",
+        "facts",
+        "kind",
+        "namespace",
+        "operation",
+        "rules",
+        "suspended",
+        "totals",
+        "workload",
+    )
 
     def __init__(
         self,
@@ -92,6 +102,12 @@ class Context:
         # (kind, name) of the DaemonSet the object is or names as its controller (set before
         # validation): a node agent's denial advises exempting that DaemonSet.
         self.workload: tuple[str, str] | None = None
+        # The object's suspend field is true (a Job Kueue queues): its pods are held back, so
+        # it takes nothing of a GPU budget now; it is judged when it is released.
+        self.suspended = False
+        # (dotted path, value) of the object's activeDeadlineSeconds for kinds that have one
+        # (gpu-spend); None for other kinds, a value of None when it is unset.
+        self.deadline: tuple[str, object] | None = None
 
     @property
     def settings(self) -> RuleSettings:

@@ -175,6 +175,10 @@ LEFT_OUT: dict[str, str] = {
     "gpu-quota": f"{_FACTS} (namespace budgets, usage, ResourceQuota)",
     "gpu-priority-class": f"{_FACTS} (whether the class exists, its value)",
     "gpu-schedulable": f"{_FACTS} (node shapes, labels, provisioning)",
+    "gpu-spend": (
+        "a workload's ask is summed over its templates and replicas (and a share of a GPU "
+        "read from annotations), and its deadline field depends on the kind"
+    ),
     "gpu-shm": (
         "its finding (a KServe predictor whose serving runtime may bring /dev/shm) depends on "
         "the runtime, a cluster fact"

@@ -291,6 +291,43 @@ class SchedulableRule(RuleModel):
     when_unknown: WhenUnknown = "allow"
 
 
+class SpendRule(RuleModel):
+    """Guardrails on what one pod or one workload may spend of a team's GPUs, and for how long
+    a GPU job may keep them. Nothing is limited or set until a setting here says so."""
+
+    mode: ModeName = "enforce"
+    # resource -> the most one pod may ask (its containers as the scheduler counts them, a
+    # share of a GPU by its fraction): below the budget, so one pod cannot take all of it.
+    max_per_pod: dict[str, PositiveInt] = Field(
+        default_factory=dict, examples=[{"nvidia.com/gpu": 8}]
+    )
+    # resource -> the most one workload may ask, every template and replica at once.
+    max_per_workload: dict[str, PositiveInt] = Field(
+        default_factory=dict, examples=[{"nvidia.com/gpu": 16}]
+    )
+    # Set ttlSecondsAfterFinished and activeDeadlineSeconds on GPU jobs (Job, the Kubeflow
+    # training jobs' runPolicy, RayJob, JobSet's ttl) that set none; false: only judged.
+    mutate: bool = True
+    # Seconds a finished GPU job is kept before it is deleted (None: not set).
+    ttl_seconds_after_finished: int | None = Field(default=None, ge=0, examples=[86400])
+    # Seconds a GPU job may run before it is stopped (None: not set).
+    active_deadline_seconds: int | None = Field(default=None, ge=1, examples=[172800])
+    # The longest activeDeadlineSeconds a GPU job may set; one that sets none gets
+    # activeDeadlineSeconds above, or is refused when that is unset (None: no maximum).
+    max_active_deadline_seconds: int | None = Field(default=None, ge=1, examples=[604800])
+
+    @model_validator(mode="after")
+    def _default_within_max(self) -> SpendRule:
+        most, given = self.max_active_deadline_seconds, self.active_deadline_seconds
+        if most is not None and given is not None and given > most:
+            raise Invalid(
+                f"activeDeadlineSeconds {given} is above maxActiveDeadlineSeconds {most}",
+                "lower activeDeadlineSeconds or raise maxActiveDeadlineSeconds",
+                ("activeDeadlineSeconds",),
+            )
+        return self
+
+
 class RuleSettings(RuleModel):
     """The settings of every rule, one entry per rule id (a rule file's `rules:`)."""
 
@@ -328,3 +365,4 @@ class RuleSettings(RuleModel):
     gpu_schedulable: SchedulableRule = Field(
         default_factory=SchedulableRule, alias="gpu-schedulable"
     )
+    gpu_spend: SpendRule = Field(default_factory=SpendRule, alias="gpu-spend")
