@@ -296,25 +296,56 @@ class SpendRule(RuleModel):
     a GPU job may keep them. Nothing is limited or set until a setting here says so."""
 
     mode: ModeName = "enforce"
-    # resource -> the most one pod may ask (its containers as the scheduler counts them, a
-    # share of a GPU by its fraction): below the budget, so one pod cannot take all of it.
     max_per_pod: dict[str, PositiveInt] = Field(
-        default_factory=dict, examples=[{"nvidia.com/gpu": 8}]
+        default_factory=dict,
+        examples=[{"nvidia.com/gpu": 8}],
+        description=(
+            "Resource -> the most GPUs one pod may ask (its containers as the scheduler counts "
+            "them; a share of a GPU by its part): below the budget, so one pod cannot take it."
+        ),
     )
-    # resource -> the most one workload may ask, every template and replica at once.
     max_per_workload: dict[str, PositiveInt] = Field(
-        default_factory=dict, examples=[{"nvidia.com/gpu": 16}]
+        default_factory=dict,
+        examples=[{"nvidia.com/gpu": 16}],
+        description=(
+            "Resource -> the most GPUs one workload may ask, every template and replica at once "
+            "(as gpu-quota sums them)."
+        ),
     )
-    # Set ttlSecondsAfterFinished and activeDeadlineSeconds on GPU jobs (Job, the Kubeflow
-    # training jobs' runPolicy, RayJob, JobSet's ttl) that set none; false: only judged.
-    mutate: bool = True
-    # Seconds a finished GPU job is kept before it is deleted (None: not set).
-    ttl_seconds_after_finished: int | None = Field(default=None, ge=0, examples=[86400])
-    # Seconds a GPU job may run before it is stopped (None: not set).
-    active_deadline_seconds: int | None = Field(default=None, ge=1, examples=[172800])
-    # The longest activeDeadlineSeconds a GPU job may set; one that sets none gets
-    # activeDeadlineSeconds above, or is refused when that is unset (None: no maximum).
-    max_active_deadline_seconds: int | None = Field(default=None, ge=1, examples=[604800])
+    mutate: bool = Field(
+        default=True,
+        description=(
+            "Set ttlSecondsAfterFinished and activeDeadlineSeconds on GPU jobs that set none; "
+            "false: only judge the deadline."
+        ),
+    )
+    ttl_seconds_after_finished: int | None = Field(
+        default=None,
+        ge=0,
+        examples=[86400],
+        description=(
+            "Seconds a finished GPU job is kept before it is deleted: set on Jobs, Kubeflow "
+            "training jobs (runPolicy), RayJobs and JobSets that set none."
+        ),
+    )
+    active_deadline_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        examples=[172800],
+        description=(
+            "Seconds a GPU job may run before it is stopped: set on Jobs, Kubeflow training "
+            "jobs (runPolicy) and RayJobs that set none."
+        ),
+    )
+    max_active_deadline_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        examples=[604800],
+        description=(
+            "The longest activeDeadlineSeconds a GPU job may set; one that sets none gets "
+            "activeDeadlineSeconds, or is refused when that is unset."
+        ),
+    )
 
     @model_validator(mode="after")
     def _default_within_max(self) -> SpendRule:

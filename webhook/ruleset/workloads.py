@@ -209,14 +209,27 @@ class WorkloadKind(StrictModel):
     # for each other), so an object asking more than a budget allows at all can never run and
     # is refused; false: only warned, its pods are judged one by one when created.
     gang: bool = False
-    # Path to the boolean that holds the object's pods back while true (Job's spec.suspend;
-    # Kueue creates the jobs it queues suspended): a suspended object takes nothing of a GPU
-    # budget, and is judged against it when an update sets the field false.
-    suspend: str | None = None
-    # Paths to its ttlSecondsAfterFinished and activeDeadlineSeconds, for kinds that have them
-    # (gpu-spend sets them on GPU objects that set none, and caps the deadline).
-    ttl: str | None = None
-    deadline: str | None = None
+    suspend: str | None = Field(
+        default=None,
+        examples=["spec.suspend"],
+        description=(
+            "Path to the boolean that holds the object's pods back while true (Kueue creates "
+            "the jobs it queues suspended): a suspended object takes nothing of a GPU budget, "
+            "and is judged against it when an update sets the field false."
+        ),
+    )
+    ttl: str | None = Field(
+        default=None,
+        examples=["spec.ttlSecondsAfterFinished"],
+        description="Path to its ttlSecondsAfterFinished, which gpu-spend sets when unset.",
+    )
+    deadline: str | None = Field(
+        default=None,
+        examples=["spec.activeDeadlineSeconds"],
+        description=(
+            "Path to its activeDeadlineSeconds, which gpu-spend sets when unset and caps."
+        ),
+    )
 
     _paths = field_validator("pod_specs")(_check_paths)
 
