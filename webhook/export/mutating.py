@@ -198,10 +198,6 @@ MUTATIONS_LEFT_OUT: dict[str, str] = {
         "KServe predictor's serving runtime is a cluster fact"
     ),
     "gpu-priority-class": "needs the class's value and preemptionPolicy, cluster facts",
-    "gpu-spend": (
-        "its fields (ttlSecondsAfterFinished, activeDeadlineSeconds) are the job's own, not "
-        "a pod spec's, at a path each kind puts elsewhere (runPolicy for Kubeflow's jobs)"
-    ),
     "visible-devices": (
         "whether a pod can reach GPU nodes (the nodes' real taints, the node nodeName names) "
         "is a cluster fact"

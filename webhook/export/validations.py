@@ -177,7 +177,8 @@ LEFT_OUT: dict[str, str] = {
     "gpu-schedulable": f"{_FACTS} (node shapes, labels, provisioning)",
     "gpu-spend": (
         "a workload's ask is summed over its templates and replicas (and a share of a GPU "
-        "read from annotations), and its deadline field depends on the kind"
+        "read from annotations), and its job fields (ttlSecondsAfterFinished, "
+        "activeDeadlineSeconds, which it also sets) are at a path each kind puts elsewhere"
     ),
     "gpu-shm": (
         "its finding (a KServe predictor whose serving runtime may bring /dev/shm) depends on "
