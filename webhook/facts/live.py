@@ -58,7 +58,7 @@ from webhook.facts.model import (
     Usage,
 )
 from webhook.facts.podpages import decode_pod_page
-from webhook.facts.provisioning import Provisioning, by_namespace
+from webhook.facts.provisioning import Provisioning, listed
 from webhook.facts.relist import Fresh, Shapes
 from webhook.facts.reservations import Reservations
 from webhook.facts.usages import NamespaceUsages
@@ -406,20 +406,8 @@ class LiveCache:
                 self._webhooks.replace(fresh.webhooks)
 
     def _provisionable_now(self) -> Provisioning | None:
-        """Every listed autoscaler kind's shapes by namespace; None while one is unknown or
-        none is installed (nothing was read: a pool at zero may be behind an autoscaler we
-        cannot see). An object that cannot be told makes its namespace's shapes unknown."""
-        items: list[tuple[str, tuple[Node, ...] | None]] = []
-        for kind in PROVISIONING_KINDS:
-            if kind.name in self._absent:
-                continue
-            shapes = self._autoscaling.get(kind.name)
-            if shapes is None:
-                return None
-            items += [(namespace, one) for (namespace, _), one in shapes.items()]
-        if len(self._absent) == len(PROVISIONING_KINDS):
-            return None
-        return by_namespace(items)
+        """What the autoscalers can create (`provisioning.listed`)."""
+        return listed((k.name for k in PROVISIONING_KINDS), self._autoscaling, self._absent)
 
     def _node_product(self, name: str) -> str:
         node = self._nodes.get(name)
@@ -491,11 +479,7 @@ class LiveCache:
         old = self._pods.pop(key, None)
         if old is not None and old.phase not in TERMINATED:
             self._count(old, -1)
-        new = (
-            objects.pod_summary(obj, self._node_product, self._node_memory)
-            if obj is not None
-            else None
-        )
+        new = objects.pod_summary(obj, self._node_product, self._node_memory) if obj else None
         if new is None:
             return
         self._pods[key] = new

@@ -33,6 +33,7 @@ __all__ = [
     "ANY_COUNT",
     "Provisioning",
     "by_namespace",
+    "listed",
     "machine_group_shapes",
     "node_pool_shapes",
     "provisionable_shapes",
@@ -443,3 +444,26 @@ def by_namespace(items: Iterable[tuple[str, tuple[Node, ...] | None]]) -> Provis
         else:
             these += shapes
     return Provisioning({n: None if s is None else tuple(s) for n, s in found.items()})
+
+
+def listed(
+    kinds: Iterable[str],
+    shapes_by_kind: Mapping[str, Mapping[tuple[str, str], tuple[Node, ...] | None]],
+    absent: Iterable[str],
+) -> Provisioning | None:
+    """Every listed autoscaler kind's shapes by namespace; None while one is unknown or none
+    is installed (nothing was read: a pool at zero may be behind an autoscaler we cannot
+    see). An object that cannot be told makes its namespace's shapes unknown."""
+    items: list[tuple[str, tuple[Node, ...] | None]] = []
+    gone = set(absent)
+    names = list(kinds)
+    for kind in names:
+        if kind in gone:
+            continue
+        shapes = shapes_by_kind.get(kind)
+        if shapes is None:
+            return None
+        items += [(namespace, one) for (namespace, _), one in shapes.items()]
+    if all(kind in gone for kind in names):
+        return None
+    return by_namespace(items)
