@@ -288,6 +288,8 @@ def _only(rule_file: Path | None, rule: str) -> CompiledRuleSet:
         if other != rule:
             current = getattr(settings, field)
             update[field] = current.model_copy(update={switch: False})
+    # gpu-spend's job fields are the webhook's alone: no policy writes them.
+    update["gpu_spend"] = settings.gpu_spend.model_copy(update={"mutate": False})
     return compile_rules(source.model_copy(update={"rules": settings.model_copy(update=update)}))
 
 

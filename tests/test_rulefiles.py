@@ -43,7 +43,7 @@ RULE_IDS = (
     "gpu-requests-limits, gpu-whole-quantity, gpu-mig-mixed, gpu-tolerations, gpu-shm, "
     "gpu-probe-delays, visible-devices, privileged-gpu, host-gpu-devices, "
     "gpu-toleration-without-gpu, gpu-memory-limit, gpu-readiness-probe, gpu-init-container, "
-    "gpu-quota, gpu-priority-class, gpu-schedulable, gpu-queue"
+    "gpu-quota, gpu-priority-class, gpu-schedulable, gpu-queue, gpu-spend"
 )
 BUDGET = "rules:\n  gpu-quota:\n    budgets:\n      - name: a\n        namespaces: [a]\n"
 WORKLOAD = "workloads:\n  - group: a.io\n    kind: A\n    resource: as\n    versions: [v1]\n"

@@ -154,8 +154,12 @@ def positive(amount: Amount) -> bool:
 
 
 def show(value: Amount) -> str:
-    """A count for a message: 2, or 0.5 when it is not whole."""
-    return str(value.numerator) if value.denominator == 1 else str(float(value))
+    """A count for a message: 2, or 0.5 when it is not whole (at most three decimals: a share
+    of a GPU's memory is 0.502, not 0.5022131217891342)."""
+    if value.denominator == 1:
+        return str(value.numerator)
+    short = f"{float(value):.3f}".rstrip("0").rstrip(".")
+    return short if short.strip("-") != "0" else str(float(value))  # 1n is not 0
 
 
 def format_bytes(value: Amount) -> str:

@@ -117,6 +117,13 @@ _DOCS: dict[str, RuleDoc] = {
         "gets the namespace's default LocalQueue), whose ClusterQueue covers the GPUs asked and "
         "could ever give them all. Needs cluster facts.",
     ),
+    "gpu-spend": RuleDoc(
+        "One GPU workload takes a bounded share, for a bounded time",
+        "At most maxPerPod GPUs per pod and maxPerWorkload per workload (every template and "
+        "replica at once), below the budget; GPU jobs get ttlSecondsAfterFinished and "
+        "activeDeadlineSeconds when they set none, and a deadline above the maximum is "
+        "refused. Nothing applies until a setting says so.",
+    ),
     UNREADABLE_RULE: RuleDoc(
         "Objects are readable as Kubernetes objects",
         "A field has a type no Kubernetes object can have there (a string where a list "

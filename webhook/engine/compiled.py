@@ -59,6 +59,17 @@ class CompiledRules:
         self.mutations: tuple[Mutation, ...] = tuple(
             m for m in MUTATIONS if mutating and _mutation_on(self.settings, m)
         )
+        spend = self.settings.gpu_spend
+        # gpu-spend's patch of a job's own fields (`spend.object_patch`): not a pod spec's.
+        self.spend_patch = (
+            mutating
+            and spend.mutate
+            and spend.mode != "off"
+            and (
+                spend.ttl_seconds_after_finished is not None
+                or spend.active_deadline_seconds is not None
+            )
+        )
         modes = {v.rule: _mode(self.settings, v.rule).under(ceiling) for v in VALIDATIONS}
         self.modes: Mapping[str, Mode] = modes
         active = tuple((v, modes[v.rule]) for v in VALIDATIONS if modes[v.rule] is not Mode.OFF)

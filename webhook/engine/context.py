@@ -74,6 +74,7 @@ class Context:
     """
 
     __slots__ = (
+        "deadline",
         "dra",
         "facts",
         "gpu_specs",
@@ -82,6 +83,7 @@ class Context:
         "operation",
         "queue_meta",
         "rules",
+        "suspended",
         "totals",
         "workload",
     )
@@ -115,6 +117,12 @@ class Context:
         # The pod specs of the object's templates that ask for GPUs (set with `totals`): where
         # its pods may run, for gpu-queue's flavors. Empty for a pod: its own view has it.
         self.gpu_specs: tuple[Mapping[str, Any], ...] = ()
+        # The object's suspend field is true (a Job Kueue queues): its pods are held back, so
+        # it takes nothing of a GPU budget now; it is judged when it is released.
+        self.suspended = False
+        # (dotted path, value) of the object's activeDeadlineSeconds for kinds that have one
+        # (gpu-spend); None for other kinds, a value of None when it is unset.
+        self.deadline: tuple[str, object] | None = None
 
     @property
     def settings(self) -> RuleSettings:

@@ -14,8 +14,15 @@ from enum import Enum
 from typing import Any, Final
 
 from webhook.engine import claims, exempt
-from webhook.engine.accounting import hold_reach, object_totals, pod_gpus
-from webhook.engine.checks import ISOLATION_RULES, Mutation, Validation, queue
+from webhook.engine.accounting import budget_gpus, hold_reach, object_totals
+from webhook.engine.checks import (
+    BUDGET_RULES,
+    ISOLATION_RULES,
+    Mutation,
+    Validation,
+    queue,
+    spend,
+)
 from webhook.engine.compiled import CompiledRules, CompiledRuleSet
 from webhook.engine.context import Context
 from webhook.engine.decision import Decision, Mode, combine, unreadable
@@ -74,24 +81,37 @@ def _evaluate(
 ) -> Decision:
     if subject.kind == "ConfigMap" and subject.group == "":
         return _config_map(subject, rules, labels)
-    compiled, views = _scope(subject, rules, labels)
+    compiled, views, released = _scope(subject, rules, labels)
     views = claims.resolve(views, compiled, dra)  # DRA claims that reach GPU classes
     ctx = Context(compiled, subject.namespace, subject.kind, subject.operation, facts, dra)
     ctx.workload = exempt.workload_of(subject)  # what a node agent's denial advises exempting
     workload = rules.workloads.get(subject.group, subject.kind)
+    ctx.suspended = workload is not None and workload.suspended(subject.obj)
     runtime = workload is not None and workload.runtime
     if compiled.queue_active:  # where its queue name is: only gpu-queue reads it
         ctx.queue_meta = queue_metadata(subject.group, subject.kind, subject.obj, runtime)
     patch: list[dict[str, Any]] = []
     mutated_by: list[str] = []
     if stage is not Stage.VALIDATE:
-        _mutate(views, ctx, compiled.mutations, patch, mutated_by)
+        changed = [v for v in views if v.pointer not in released]
+        _mutate(changed, ctx, compiled.mutations, patch, mutated_by)
+        gpu_ask = any(v.asks_gpu and not v.isolation_only for v in views)
         # gpu-queue labels the object itself (no pod spec's edit), when it asks for GPUs.
-        if compiled.queue_mutation and any(v.asks_gpu and not v.isolation_only for v in views):
+        if compiled.queue_mutation and gpu_ask:
             labelled = queue.queue_label_patch(ctx.queue_meta, ctx, facts)
             if labelled:
                 patch.extend(labelled)
                 mutated_by.append(queue.RULE)
+        if (
+            compiled.spend_patch
+            and workload is not None
+            and subject.operation == "CREATE"
+            and gpu_ask
+        ):
+            ops = spend.object_patch(subject.obj, workload, compiled.settings.gpu_spend)
+            if ops:
+                patch.extend(ops)
+                mutated_by.append("gpu-spend")
         if stage is Stage.MUTATE:
             return combine((), patch=patch, mutated_by=mutated_by)
     obj = subject.obj
@@ -103,13 +123,17 @@ def _evaluate(
         subject = dataclasses.replace(subject, obj=obj)
         if compiled.queue_active:
             ctx.queue_meta = queue_metadata(subject.group, subject.kind, obj, runtime)
-        _, views = _scope(subject, rules, labels)  # the same namespace: the same rules
+        _, views, released = _scope(subject, rules, labels)  # the same namespace: same rules
         views = claims.resolve(views, compiled, dra)
-    if subject.kind != "Pod" and views and facts is not None:  # only gpu-quota reads them
+    if subject.kind != "Pod" and views:  # gpu-quota, gpu-queue and gpu-spend read them
         ctx.totals = object_totals(views, ctx, workload is not None and workload.gang)
         ctx.gpu_specs = tuple(v.spec for v in views if v.asks_gpu)
+    ctx.deadline = spend.deadline_of(obj, workload)
     active = compiled.validations if facts is not None else compiled.offline_validations
-    findings = _validate(views, ctx, active)
+    findings = _validate([v for v in views if v.pointer not in released], ctx, active)
+    if released:  # templates unchanged by the release: judged against the budgets alone
+        budget = tuple((v, m) for v, m in active if v.rule in BUDGET_RULES)
+        findings += _validate([v for v in views if v.pointer in released], ctx, budget)
     return combine(
         findings,
         patch=patch,
@@ -151,36 +175,54 @@ def _new_ephemeral(subject: Subject, views: list[PodView]) -> list[PodView]:
 
 def _scope(
     subject: Subject, rules: CompiledRuleSet, labels: Mapping[str, str] | None
-) -> tuple[CompiledRules, list[PodView]]:
-    """The rules in force for the subject's namespace (whose labels are `labels`), and the pod
-    specs they apply to.
+) -> tuple[CompiledRules, list[PodView], frozenset[str]]:
+    """The rules in force for the subject's namespace (whose labels are `labels`), the pod
+    specs they apply to, and the pointers of those judged only because the update releases
+    a suspended object (`_released`).
 
     Pods: CREATE only (a pod's spec is immutable, and a patch on UPDATE would break an innocent
     label change). Controllers: CREATE, and UPDATE only for templates that changed, so an old
-    non-compliant Deployment can still be scaled or relabelled.
+    non-compliant Deployment can still be scaled or relabelled; but an update that releases
+    a suspended object brings every template before the budgets, changed or not.
     """
+    none: frozenset[str] = frozenset()
     if rules.exempt_namespace(subject.namespace, labels):
-        return rules.base, []
+        return rules.base, [], none
     compiled = rules.for_namespace(subject.namespace, labels)
     if subject.operation not in ("CREATE", "UPDATE"):
-        return compiled, []
+        return compiled, [], none
     ephemeral = subject.subresource == "ephemeralcontainers"
     if subject.operation == "UPDATE" and subject.kind == "Pod" and not ephemeral:
-        return compiled, []
+        return compiled, [], none
     if subject.subresource and not ephemeral:
-        return compiled, []
+        return compiled, [], none
     table = rules.workloads
     views = pod_views(
         subject.obj, group=subject.group, kind=subject.kind, is_gpu=compiled.is_gpu, table=table
     )
     views = mark_shared(views, rules.sharing)
+    released = none
     if ephemeral:
         views = _new_ephemeral(subject, views)
     elif subject.operation == "UPDATE" and views and subject.old_obj is not None:
         old_specs = {v.pointer: v.spec for v in _old_views(subject, compiled, rules)}
-        views = [v for v in views if old_specs.get(v.pointer) != v.spec]
+        if _released(subject, rules):
+            released = frozenset(v.pointer for v in views if old_specs.get(v.pointer) == v.spec)
+        else:
+            views = [v for v in views if old_specs.get(v.pointer) != v.spec]
     kept = (exempt.scoped(v, subject, rules) for v in views)
-    return compiled, [v for v in kept if v is not None]
+    return compiled, [v for v in kept if v is not None], released
+
+
+def _released(subject: Subject, rules: CompiledRuleSet) -> bool:
+    """An update that sets a suspended object's suspend field false (Kueue admitting a job):
+    its pods are about to be created, so now it is judged against the budgets."""
+    workload = rules.workloads.get(subject.group, subject.kind)
+    return (
+        workload is not None
+        and workload.suspended(subject.old_obj)
+        and not workload.suspended(subject.obj)
+    )
 
 
 def _old_views(subject: Subject, compiled: CompiledRules, rules: CompiledRuleSet) -> list[PodView]:
@@ -263,18 +305,22 @@ def _validate(
 
 
 def _hold(subject: Subject, views: list[PodView], ctx: Context) -> PodGpus | None:
-    """What an admitted pod holds until the watch sees it: pod CREATEs with GPUs only.
+    """What an admitted pod holds until the watch sees it: pod CREATEs with GPUs (or a share
+    of one, `budget_gpus`) only.
 
-    Controllers are judged again when their pods are created, so they hold nothing. The hold
-    is charged to every budgeted product the pod could land on (`hold_reach`). GPU devices of
-    claims made from templates are held too (by `<class>.deviceclass.resource.k8s.io/devices`,
-    an `All` request as 1), until the watch shows a claim made for the pod.
+        Controllers are judged again when their pods are created, so they hold nothing. The hold
+        is charged to every budgeted product the pod could land on (`hold_reach`). GPU devices of
+        claims made from templates are held too (by `<class>.deviceclass.resource.k8s.io/devices`,
+        an `All` request as 1), until the watch shows a claim made for the pod.
     """
     if subject.kind != "Pod" or subject.group != "" or subject.operation != "CREATE" or not views:
         return None
     if views[0].isolation_only:
         return None
-    gpus = {**pod_gpus(views[0]), **claims.device_totals(claims.new_devices(views[0], ctx), 1)}
+    gpus = {
+        **budget_gpus(views[0], ctx.facts),
+        **claims.device_totals(claims.new_devices(views[0], ctx), 1),
+    }
     if not gpus:
         return None
     reach = hold_reach(views[0], ctx)

@@ -42,6 +42,14 @@ class Totals:
     gpus: dict[str, Amount]
     parts: tuple[Part, ...]
     gang: bool  # every pod runs together or none does (the workload table's `gang`)
+    # What ResourceQuota counts of `gpus`: without the shares sharing schedulers give by
+    # annotation and with HAMi's per-GPU units once per container (None: the same as `gpus`).
+    counted: dict[str, Amount] | None = None
+
+    @property
+    def quota_gpus(self) -> dict[str, Amount]:
+        """The totals as ResourceQuota counts them."""
+        return self.gpus if self.counted is None else self.counted
 
     def asked(self, name: str) -> str:
         """How the total of `name` is made, as a message says it: `1 pod x 4

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from webhook.ruleset.workloads import BUILTIN_WORKLOADS, ReplicaFactor, WorkloadKind, parse_path
 
-__all__ = ["DEFAULT_TABLE", "Factor", "Workload", "WorkloadTable", "workload_table"]
+__all__ = ["DEFAULT_TABLE", "Factor", "Workload", "WorkloadTable", "read", "workload_table"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +45,13 @@ class Workload:
     replicas: tuple[str, ...] | None
     # For each of `spec_paths`: its own replica factors, or None (the kind's `replicas`).
     spec_replicas: tuple[tuple[Factor, ...] | None, ...]
+    suspend: tuple[str, ...] | None = None  # the field that holds its pods back
+    ttl: tuple[str, ...] | None = None  # its ttlSecondsAfterFinished
+    deadline: tuple[str, ...] | None = None  # its activeDeadlineSeconds
+
+    def suspended(self, obj: object) -> bool:
+        """Whether the object's suspend field is true: its pods are held back."""
+        return self.suspend is not None and read(obj, self.suspend) is True
 
     @property
     def group(self) -> str:
@@ -75,6 +82,16 @@ class Workload:
         return self.declared.scope == "Cluster"
 
 
+def read(obj: object, path: tuple[str, ...]) -> object:
+    """The value at a plain path of fields (None where any step is missing)."""
+    node = obj
+    for key in path:
+        if not isinstance(node, dict):
+            return None
+        node = node.get(key)
+    return node
+
+
 def _compile(kind: WorkloadKind) -> Workload:
     return Workload(
         declared=kind,
@@ -85,6 +102,9 @@ def _compile(kind: WorkloadKind) -> Workload:
         spec_replicas=tuple(
             None if fs is None else tuple(_factor(f) for f in fs) for fs in kind.spec_replicas()
         ),
+        suspend=parse_path(kind.suspend) if kind.suspend else None,
+        ttl=parse_path(kind.ttl) if kind.ttl else None,
+        deadline=parse_path(kind.deadline) if kind.deadline else None,
     )
 
 

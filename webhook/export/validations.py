@@ -181,6 +181,11 @@ LEFT_OUT: dict[str, str] = {
     "gpu-priority-class": f"{_FACTS} (whether the class exists, its value)",
     "gpu-schedulable": f"{_FACTS} (node shapes, labels, provisioning)",
     "gpu-queue": f"{_FACTS} (Kueue's and KAI's queues, their quotas and flavors)",
+    "gpu-spend": (
+        "a workload's ask is summed over its templates and replicas (and a share of a GPU "
+        "read from annotations), and its job fields (ttlSecondsAfterFinished, "
+        "activeDeadlineSeconds, which it also sets) are at a path each kind puts elsewhere"
+    ),
     "gpu-shm": (
         "its finding (a KServe predictor whose serving runtime may bring /dev/shm) depends on "
         "the runtime, a cluster fact"

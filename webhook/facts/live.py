@@ -77,6 +77,7 @@ from webhook.facts.watched import (
     lines_until_cut,
     pages,
 )
+from webhook.podrequest import memory_of
 
 __all__ = ["DRA_KINDS", "KINDS", "PROVISIONING_KINDS", "SERVING_KINDS", "LiveCache", "pages"]
 
@@ -334,7 +335,7 @@ class LiveCache:
         the cluster; readers keep seeing the previous state until the swap, never a half-list;
         and whatever was deleted while the watch was down is gone afterwards.
         """
-        fresh = Fresh(self._node_product)
+        fresh = Fresh(self._node_product, self._node_memory)
         count, version = 0, ""
         size = min(self.page_size, kind.max_page or self.page_size)
         # Pods: only the fields a summary reads are decoded (most of a relist's work).
@@ -425,6 +426,10 @@ class LiveCache:
         node = self._nodes.get(name)
         return node.labels.get(GPU_PRODUCT_LABEL, "") if node else ""
 
+    def _node_memory(self, name: str) -> int | None:
+        node = self._nodes.get(name)
+        return memory_of(node.labels) if node else None
+
     def _apply(self, kind: str, event: str, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}
         name, ns = meta.get("name", ""), meta.get("namespace", "")
@@ -489,7 +494,7 @@ class LiveCache:
         old = self._pods.pop(key, None)
         if old is not None and old.phase not in TERMINATED:
             self._count(old, -1)
-        new = objects.pod_summary(obj, self._node_product) if obj is not None else None
+        new = objects.pod_summary(obj, self._node_product, self._node_memory) if obj else None
         if new is None:
             return
         self._pods[key] = new

@@ -19,7 +19,14 @@ from webhook.facts.model import (
     visible_devices_keys,
 )
 from webhook.facts.quotascopes import scope_terms
-from webhook.podrequest import effective_request, is_sidecar
+from webhook.podrequest import (
+    GPU_FRACTION,
+    GPU_MEMORY,
+    effective_request,
+    is_sidecar,
+    per_gpu_scaled,
+    shared_gpus,
+)
 from webhook.quantity import Amount, QuantityError, parse_quantity
 
 __all__ = [
@@ -59,25 +66,36 @@ def _asks(container: Any) -> dict[str, Amount]:
     return {**_extended(res.get("limits")), **_extended(res.get("requests"))}
 
 
-def pod_summary(pod: dict[str, Any], node_product: Callable[[str], str]) -> PodGpus | None:
+def pod_summary(
+    pod: dict[str, Any],
+    node_product: Callable[[str], str],
+    node_memory: Callable[[str], int | None] | None = None,
+) -> PodGpus | None:
     """A pod as the quota rules need it, or None when it holds no extended resources.
 
     Counted as the scheduler and ResourceQuota count it (`effective_request`): sidecars add
-    to the regular containers, ordinary init containers take the maximum. A relist hands it
-    only the fields `podpages.py` decodes: a field read here must be declared there too.
+    to the regular containers, ordinary init containers take the maximum. What budgets count
+    besides: HAMi's per-GPU units times the container's GPUs, and the share of a GPU a
+    sharing scheduler gives through annotations (`shared_gpus`; a `gpu-memory` share once the
+    pod is bound, from its node's GPU memory `node_memory` knows). A relist hands it only the
+    fields `podpages.py` decodes: a field read here must be declared there too.
     """
     spec = pod.get("spec") or {}
-    regular = [_asks(c) for c in spec.get("containers") or []]
+    meta = pod.get("metadata") or {}
+    regular = [per_gpu_scaled(_asks(c)) for c in spec.get("containers") or []]
     init = [
-        (_asks(c), isinstance(c, dict) and is_sidecar(c)) for c in spec.get("initContainers") or []
+        (per_gpu_scaled(_asks(c)), isinstance(c, dict) and is_sidecar(c))
+        for c in spec.get("initContainers") or []
     ]
-    if not any(regular) and not any(asks for asks, _ in init):
+    node = spec.get("nodeName") or ""
+    share = _share(meta, spec, node, node_memory)
+    if not any(regular) and not any(asks for asks, _ in init) and share is None:
         return None  # most pods of a cluster: skip the arithmetic
     gpus = effective_request(regular, init)
+    if share is not None:
+        gpus[SHARED_RESOURCE] = gpus.get(SHARED_RESOURCE, 0) + share
     if not gpus:
         return None
-    meta = pod.get("metadata") or {}
-    node = spec.get("nodeName") or ""
     selector = spec.get("nodeSelector") or {}
     product = (node_product(node) if node else "") or str(selector.get(GPU_PRODUCT_LABEL, ""))
     return PodGpus(
@@ -89,6 +107,27 @@ def pod_summary(pod: dict[str, Any], node_product: Callable[[str], str]) -> PodG
         product=product,
         priority_class=spec.get("priorityClassName") or "",
     )
+
+
+# What a sharing scheduler's share is a part of (`GpuSharing.resource`'s default).
+SHARED_RESOURCE = "nvidia.com/gpu"
+
+
+def _share(
+    meta: Any, spec: Any, node: str, node_memory: Callable[[str], int | None] | None
+) -> Amount | None:
+    """The share of a GPU a pod's annotations ask of a sharing scheduler (KAI, Run:ai): only
+    for a pod some other scheduler than the default one places (the default one ignores the
+    annotations and gives nothing)."""
+    notes = meta.get("annotations") if isinstance(meta, dict) else None
+    if not isinstance(notes, dict) or not (GPU_FRACTION in notes or GPU_MEMORY in notes):
+        return None
+    scheduler = spec.get("schedulerName") if isinstance(spec, dict) else None
+    if not isinstance(scheduler, str) or scheduler in ("", "default-scheduler"):
+        return None
+    memory = node_memory(node) if node and node_memory is not None else None
+    share = shared_gpus(notes, memory)
+    return share if share is not None and share > 0 else None
 
 
 def node(obj: dict[str, Any]) -> Node:

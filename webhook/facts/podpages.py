@@ -35,11 +35,13 @@ class _Spec(TypedDict, total=False):
     nodeName: Any
     nodeSelector: Any
     priorityClassName: Any
+    schedulerName: Any  # a sharing scheduler's pods ask part of a GPU by annotation
 
 
 class _Meta(TypedDict, total=False):
     name: Any
     namespace: Any
+    annotations: Any  # gpu-fraction, gpu-memory (`objects.pod_summary`)
 
 
 class _Status(TypedDict, total=False):

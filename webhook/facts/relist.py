@@ -28,8 +28,13 @@ Shapes = dict[tuple[str, str], tuple[Node, ...] | None]
 class Fresh:
     """A relist being built: the same shapes as the cache's, filled page by page."""
 
-    def __init__(self, node_product: Callable[[str], str]) -> None:
+    def __init__(
+        self,
+        node_product: Callable[[str], str],
+        node_memory: Callable[[str], int | None] | None = None,
+    ) -> None:
         self.node_product = node_product
+        self.node_memory = node_memory
         self.pods: dict[tuple[str, str], PodGpus] = {}
         self.usage: dict[str, Usage] = defaultdict(Usage)
         self.namespaces: dict[str, dict[str, str]] = {}
@@ -47,7 +52,7 @@ class Fresh:
         meta = obj.get("metadata") or {}
         name = meta.get("name", "")
         if kind == "pods":
-            pod = objects.pod_summary(obj, self.node_product)
+            pod = objects.pod_summary(obj, self.node_product, self.node_memory)
             if pod is not None:
                 self.pods[(pod.namespace, pod.name)] = pod
                 if pod.phase not in TERMINATED:

@@ -29,6 +29,7 @@ from webhook.ruleset.rulemodels import (
     QuotaBudget,
     RuleModel,
     RuleSettings,
+    SpendRule,
     TolerationSpec,
 )
 from webhook.ruleset.workloads import WorkloadKind
@@ -44,6 +45,7 @@ __all__ = [
     "QuotaBudget",
     "RuleSet",
     "RuleSettings",
+    "SpendRule",
     "TolerationSpec",
 ]
 

@@ -70,8 +70,18 @@ def quota_name(budget: str) -> str:
     return f"gpu-admission-{slug}-{hashlib.sha256(budget.encode()).hexdigest()[:8]}"
 
 
-def _plan(budget: QuotaBudget) -> BudgetPlan:
+def _plan(budget: QuotaBudget, shared: str = "") -> BudgetPlan:
     caps = [(f"{r}={n}", r) for r, n in sorted(budget.limits.items())]
+    # Shares of a GPU given by annotation (KAI/Run:ai) count toward the resource they are part
+    # of; no pod asks them as a resource, so no ResourceQuota sees them.
+    shares = [
+        (
+            f"{c}: the shares of pods given part of a GPU (gpu-fraction, gpu-memory)",
+            "they are asked by annotation, not as a resource a ResourceQuota can count",
+        )
+        for c, r in caps
+        if r == shared
+    ]
     products = [
         (f"{product}: {r}={n}", "a per-product cap is a node label, not a resource name")
         for product, per in sorted(budget.products.items())
@@ -84,7 +94,9 @@ def _plan(budget: QuotaBudget) -> BudgetPlan:
     )
     if not single:
         why = "it spans several namespaces or a selector; a ResourceQuota holds one namespace"
-        return BudgetPlan(budget.name, None, None, {}, (*((c, why) for c, _ in caps), *products))
+        return BudgetPlan(
+            budget.name, None, None, {}, (*((c, why) for c, _ in caps), *products, *shares)
+        )
     namespace = budget.namespaces[0]
     hard: dict[str, int] = {}
     rest: list[tuple[str, str]] = []
@@ -98,13 +110,14 @@ def _plan(budget: QuotaBudget) -> BudgetPlan:
         else:
             hard[f"requests.{resource}"] = budget.limits[resource]
     quota = quota_name(budget.name) if hard else None
-    return BudgetPlan(budget.name, namespace, quota, hard, (*rest, *products))
+    return BudgetPlan(budget.name, namespace, quota, hard, (*rest, *products, *shares))
 
 
 def budget_plans(rules: RuleSet) -> list[BudgetPlan]:
     """Each budget of the base rules, and how it is kept. Budgets an override sets are the
     webhook's: which namespaces they reach depends on the override's selection."""
-    plans = [_plan(b) for b in rules.rules.gpu_quota.budgets]
+    shared = rules.gpu_sharing.resource
+    plans = [_plan(b, shared) for b in rules.rules.gpu_quota.budgets]
     for override in rules.overrides:
         for budget in override.rules.get("gpu-quota", {}).get("budgets", []) or []:
             name = budget.get("name", "?") if isinstance(budget, dict) else "?"

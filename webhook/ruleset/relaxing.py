@@ -30,6 +30,7 @@ SHARED_RULES: tuple[str, ...] = (
     "gpu-schedulable",
     "gpu-queue",
     "gpu-toleration-without-gpu",
+    "gpu-spend",
 )
 # The pod's own shape and hygiene: broken, they cost only the pod's author (the apiserver or
 # the scheduler refuses the pod, or it runs worse), and their mutations only help it.

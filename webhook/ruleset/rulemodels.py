@@ -319,6 +319,74 @@ class QueueRule(RuleModel):
     when_unknown: WhenUnknown = "allow"
 
 
+class SpendRule(RuleModel):
+    """Guardrails on what one pod or one workload may spend of a team's GPUs, and for how long
+    a GPU job may keep them. Nothing is limited or set until a setting here says so."""
+
+    mode: ModeName = "enforce"
+    max_per_pod: dict[str, PositiveInt] = Field(
+        default_factory=dict,
+        examples=[{"nvidia.com/gpu": 8}],
+        description=(
+            "Resource -> the most GPUs one pod may ask (its containers as the scheduler counts "
+            "them; a share of a GPU by its part): below the budget, so one pod cannot take it."
+        ),
+    )
+    max_per_workload: dict[str, PositiveInt] = Field(
+        default_factory=dict,
+        examples=[{"nvidia.com/gpu": 16}],
+        description=(
+            "Resource -> the most GPUs one workload may ask, every template and replica at once "
+            "(as gpu-quota sums them)."
+        ),
+    )
+    mutate: bool = Field(
+        default=True,
+        description=(
+            "Set ttlSecondsAfterFinished and activeDeadlineSeconds on GPU jobs that set none; "
+            "false: only judge the deadline."
+        ),
+    )
+    ttl_seconds_after_finished: int | None = Field(
+        default=None,
+        ge=0,
+        examples=[86400],
+        description=(
+            "Seconds a finished GPU job is kept before it is deleted: set on Jobs, Kubeflow "
+            "training jobs (runPolicy), RayJobs and JobSets that set none."
+        ),
+    )
+    active_deadline_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        examples=[172800],
+        description=(
+            "Seconds a GPU job may run before it is stopped: set on Jobs, Kubeflow training "
+            "jobs (runPolicy) and RayJobs that set none."
+        ),
+    )
+    max_active_deadline_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        examples=[604800],
+        description=(
+            "The longest activeDeadlineSeconds a GPU job may set; one that sets none gets "
+            "activeDeadlineSeconds, or is refused when that is unset."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _default_within_max(self) -> SpendRule:
+        most, given = self.max_active_deadline_seconds, self.active_deadline_seconds
+        if most is not None and given is not None and given > most:
+            raise Invalid(
+                f"activeDeadlineSeconds {given} is above maxActiveDeadlineSeconds {most}",
+                "lower activeDeadlineSeconds or raise maxActiveDeadlineSeconds",
+                ("activeDeadlineSeconds",),
+            )
+        return self
+
+
 class RuleSettings(RuleModel):
     """The settings of every rule, one entry per rule id (a rule file's `rules:`)."""
 
@@ -357,3 +425,4 @@ class RuleSettings(RuleModel):
         default_factory=SchedulableRule, alias="gpu-schedulable"
     )
     gpu_queue: QueueRule = Field(default_factory=QueueRule, alias="gpu-queue")
+    gpu_spend: SpendRule = Field(default_factory=SpendRule, alias="gpu-spend")

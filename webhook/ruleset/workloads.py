@@ -209,6 +209,27 @@ class WorkloadKind(StrictModel):
     # for each other), so an object asking more than a budget allows at all can never run and
     # is refused; false: only warned, its pods are judged one by one when created.
     gang: bool = False
+    suspend: str | None = Field(
+        default=None,
+        examples=["spec.suspend"],
+        description=(
+            "Path to the boolean that holds the object's pods back while true (Kueue creates "
+            "the jobs it queues suspended): a suspended object takes nothing of a GPU budget, "
+            "and is judged against it when an update sets the field false."
+        ),
+    )
+    ttl: str | None = Field(
+        default=None,
+        examples=["spec.ttlSecondsAfterFinished"],
+        description="Path to its ttlSecondsAfterFinished, which gpu-spend sets when unset.",
+    )
+    deadline: str | None = Field(
+        default=None,
+        examples=["spec.activeDeadlineSeconds"],
+        description=(
+            "Path to its activeDeadlineSeconds, which gpu-spend sets when unset and caps."
+        ),
+    )
 
     _paths = field_validator("pod_specs")(_check_paths)
 
@@ -218,12 +239,12 @@ class WorkloadKind(StrictModel):
         _check_paths([t if isinstance(t, str) else t.path for t in value])
         return value
 
-    @field_validator("replicas")
+    @field_validator("replicas", "suspend", "ttl", "deadline")
     @classmethod
     def _replicas_path(cls, value: str | None) -> str | None:
         if value is not None and any(s in (LIST_ITEMS, MAP_VALUES) for s in parse_path(value)):
             raise Invalid(
-                f"{value!r}: a replica count is one field, no wildcard",
+                f"{value!r}: a replica count or suspend flag is one field, no wildcard",
                 "give the path of one field, e.g. spec.replicas; a template's own count goes "
                 "in its podTemplates entry ({path, replicas})",
             )
@@ -287,7 +308,13 @@ def _replicas(field: str) -> dict[str, object]:
     """Kubeflow's replica specs: each role's pods, `replicas` of them (1 when unsaid), all
     running together."""
     template = {"path": f"spec.{field}.*.template", "replicas": [f"spec.{field}.*.replicas"]}
-    return {"podTemplates": [template], "gang": True}
+    return {
+        "podTemplates": [template],
+        "gang": True,
+        "suspend": "spec.runPolicy.suspend",
+        "ttl": "spec.runPolicy.ttlSecondsAfterFinished",
+        "deadline": "spec.runPolicy.activeDeadlineSeconds",
+    }
 
 
 _TEMPLATE = {"podTemplates": ["spec.template"]}
@@ -303,12 +330,17 @@ BUILTIN_WORKLOADS: tuple[WorkloadKind, ...] = (
     _kind("apps", "StatefulSet", "statefulsets", ["v1"], **_TEMPLATE, replicas="spec.replicas"),
     _kind("apps", "DaemonSet", "daemonsets", ["v1"], **_TEMPLATE),
     _kind("apps", "ReplicaSet", "replicasets", ["v1"], **_TEMPLATE, replicas="spec.replicas"),
-    _kind("batch", "Job", "jobs", ["v1"], **_TEMPLATE, replicas="spec.parallelism"),
+    _kind("batch", "Job", "jobs", ["v1"], **_TEMPLATE, replicas="spec.parallelism",
+          suspend="spec.suspend", ttl="spec.ttlSecondsAfterFinished",
+          deadline="spec.activeDeadlineSeconds"),
     _kind("batch", "CronJob", "cronjobs", ["v1"], podTemplates=["spec.jobTemplate.spec.template"],
           replicas="spec.jobTemplate.spec.parallelism"),
-    _kind("ray.io", "RayCluster", "rayclusters", ["v1"], podTemplates=_ray("spec.")),
+    _kind("ray.io", "RayCluster", "rayclusters", ["v1"], podTemplates=_ray("spec."),
+          suspend="spec.suspend"),
     _kind("ray.io", "RayJob", "rayjobs", ["v1"],
-          podTemplates=[*_ray("spec.rayClusterSpec."), "spec.submitterPodTemplate"]),
+          podTemplates=[*_ray("spec.rayClusterSpec."), "spec.submitterPodTemplate"],
+          suspend="spec.suspend", ttl="spec.ttlSecondsAfterFinished",
+          deadline="spec.activeDeadlineSeconds"),
     _kind("ray.io", "RayService", "rayservices", ["v1"],
           podTemplates=_ray("spec.rayClusterConfig.")),
     _kind("kubeflow.org", "PyTorchJob", "pytorchjobs", ["v1"], **_replicas("pytorchReplicaSpecs")),
@@ -330,7 +362,7 @@ BUILTIN_WORKLOADS: tuple[WorkloadKind, ...] = (
           runtime=True),
     _kind("trainer.kubeflow.org", "TrainJob", "trainjobs", ["v1alpha1"],
           containers=[{"path": "spec.trainer", "resources": "resourcesPerNode"}],
-          replicas="spec.trainer.numNodes", mutate=False, gang=True),
+          replicas="spec.trainer.numNodes", mutate=False, gang=True, suspend="spec.suspend"),
     # KServe inlines the pod spec into each component (containers, volumes, tolerations...);
     # a multi-node predictor has a workerSpec, a pod spec too.
     _kind("serving.kserve.io", "InferenceService", "inferenceservices", ["v1beta1"],
@@ -352,7 +384,8 @@ BUILTIN_WORKLOADS: tuple[WorkloadKind, ...] = (
     _kind("jobset.x-k8s.io", "JobSet", "jobsets", ["v1alpha2"],
           podTemplates=[{"path": "spec.replicatedJobs[*].template.spec.template",
                          "replicas": ["spec.replicatedJobs[*].replicas",
-                                      "spec.replicatedJobs[*].template.spec.parallelism"]}]),
+                                      "spec.replicatedJobs[*].template.spec.parallelism"]}],
+          suspend="spec.suspend", ttl="spec.ttlSecondsAfterFinished"),
     # `replicas` groups of `size` pods: one leader (from the worker template when there is
     # no leader template) and size - 1 workers. A group is all-or-nothing, the object is not.
     _kind("leaderworkerset.x-k8s.io", "LeaderWorkerSet", "leaderworkersets", ["v1"],

@@ -23,12 +23,14 @@ from webhook.engine.checks import (
     resources,
     schedulable,
     shm,
+    spend,
 )
 from webhook.engine.context import Context
 from webhook.engine.findings import Finding
 from webhook.engine.podviews import PodView
 
 __all__ = [
+    "BUDGET_RULES",
     "CLUSTER_RULES",
     "ISOLATION_RULES",
     "MUTATIONS",
@@ -92,10 +94,15 @@ VALIDATIONS: tuple[Validation, ...] = (
     ),
     Validation("gpu-schedulable", schedulable.gpu_schedulable, gpu_only=True, needs_cluster=True),
     Validation("gpu-queue", queue.gpu_queue, gpu_only=True, needs_cluster=True),
+    Validation("gpu-spend", spend.gpu_spend, gpu_only=True),
 )
 
 
 ISOLATION_RULES = isolation.ISOLATION_RULES
+
+# The rules that judge what a workload takes of the namespace's GPUs now: a suspended object
+# released by an update is judged by these alone for the templates the update left as they were.
+BUDGET_RULES = frozenset({"gpu-quota"})
 
 # Rules that judge nothing without cluster facts; audits list them as not checked.
 CLUSTER_RULES: tuple[str, ...] = tuple(v.rule for v in VALIDATIONS if v.needs_cluster)

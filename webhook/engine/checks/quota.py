@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from webhook.engine import claims
-from webhook.engine.accounting import pod_gpus, pod_product, pod_products
+from webhook.engine.accounting import budget_gpus, pod_gpus, pod_product, pod_products
 from webhook.engine.checks.budgetsets import SetUsage, describe_set, set_usage, spans_several
 from webhook.engine.checks.trust import trusted_facts, unknown_facts
 from webhook.engine.context import Context
@@ -180,10 +180,11 @@ def _over_budget(
     """Usage + ask against one budget; for a controller, all its pods at once, as advice.
 
     A product cap applies to every product the pod could land on (`reach`): the pod must fit
-    under each, since the scheduler may put it on any of them. A controller's budget-wide
-    totals (`ctx.totals`) are judged once, on its lead template; a gang kind asking more than
-    the budget allows at all could never start, and is refused. A budget over several
-    namespaces (`spread`) is judged against what its whole set holds.
+    under each, since the scheduler may put it on any of them. A suspended object (a job a
+    queue holds back) takes nothing now: only what it could never get is said. A controller's
+    budget-wide totals (`ctx.totals`) are judged once, on its lead template; a gang kind
+    asking more than the budget allows at all could never start, and is refused. A budget over
+    several namespaces (`spread`) is judged against what its whole set holds.
     """
     totals = ctx.totals
     pods = pod.replicas if ctx.kind != "Pod" else 1
@@ -212,8 +213,8 @@ def _over_budget(
         if whole is not None and whole.gang and total > cap:
             yield _never_fits(pod, ctx, whole, name, cap, budget)
             continue
-        if used + total <= cap:
-            continue
+        if ctx.suspended or used + total <= cap:
+            continue  # suspended: it takes nothing until released, and is judged then
         scope = f"{name} on {prod}" if prod else name
         asked = whole.asked(name) if whole else what.format(n=show(total), per=show(per))
         left = cap - used if cap > used else 0
@@ -307,7 +308,7 @@ def _native(pod: PodView, ctx: Context, ask: dict[str, Amount], facts: Facts) ->
             if prefix not in ("requests", "limits"):
                 continue
             if totals is not None:
-                total = totals.gpus.get(name, 0)
+                total = totals.quota_gpus.get(name, 0)
                 if total <= 0:
                     continue
                 if totals.gang and total > hard and prefix == "requests":  # enforced
@@ -319,7 +320,7 @@ def _native(pod: PodView, ctx: Context, ask: dict[str, Amount], facts: Facts) ->
             else:
                 continue
             used = quota.used.get(key, 0)
-            if used + total <= hard:
+            if ctx.suspended or used + total <= hard:
                 continue
             yield Finding(
                 rule=RULE,
@@ -460,9 +461,10 @@ def _has_gpu_quota(
 
 def gpu_quota(pod: PodView, ctx: Context) -> Iterator[Finding]:
     cfg = ctx.settings.gpu_quota
-    ask = pod_gpus(pod)
+    ask = pod_gpus(pod)  # what ResourceQuota counts
     devices = claims.new_devices(pod, ctx)  # DRA: GPU devices of claims made for this pod
-    if not ask and not devices:
+    shares = any(c.shared_gpu for c in pod.containers)  # part of a GPU, by annotation
+    if not ask and not devices and not shares:
         return
     facts, reason = trusted_facts(ctx)
     if facts is None:
@@ -470,8 +472,11 @@ def gpu_quota(pod: PodView, ctx: Context) -> Iterator[Finding]:
         return
     budgets = matching_budgets(ctx, facts)
     usage = _with_claims(facts.usage, facts.dra)
-    # Budgets count an `All` request as 1 device: the least it takes, so never a false denial.
-    every = {**ask, **claims.device_totals(devices, 1)}
+    # Budgets count an `All` request as 1 device: the least it takes, so never a false denial;
+    # and what the pod takes in their units (`budget_gpus`: shares, HAMi's per-GPU units).
+    every = {**budget_gpus(pod, facts), **claims.device_totals(devices, 1)}
+    if not every:
+        return
     budgeted = {p for budget, _ in budgets for p in budget.products}
     reach = pod_products(pod, facts, budgeted) if budgeted else frozenset()
     for budget, names in budgets:
