@@ -22,14 +22,14 @@ MI = 2**20
 
 def _pod(memory: str) -> dict[str, Any]:
     limits = {"nvidia.com/gpu": "1", "memory": memory}
-    container = {"name": "server", "image": "vllm/vllm-openai:v0.9", "resources": {"limits": limits}}
+    container = {"name": "server", "image": "vllm/vllm:v0.9", "resources": {"limits": limits}}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
             "spec": {"containers": [container]}}  # fmt: skip
 
 
 def _shm_bytes(rules: Any, memory: str) -> int:
     decision = evaluate(subject_for(_pod(memory), namespace="ml-team"), rules, stage=Stage.MUTATE)
-    (volume,) = [op["value"] for op in decision.patch if op["path"] == "/spec/volumes"][0]
+    (volume,) = next(op["value"] for op in decision.patch if op["path"] == "/spec/volumes")
     return int(parse_quantity(volume["emptyDir"]["sizeLimit"]))
 
 

@@ -168,6 +168,10 @@ class PodView:
     # Rules (validations and mutations) an exemption relaxes for this pod spec
     # (`webhook.ruleset.relaxing`): a label, a built-in component, a named workload.
     relaxed: frozenset[str] = frozenset()
+    # Which of its containers take traffic (gpu-readiness-probe): "" none (a batch or
+    # training kind, a worker template), "ports" those that declare ports, "main" its first
+    # container too (`ruleset.workloads.PodTemplatePath.serving`).
+    serving: str = ""
 
     def __init__(
         self,
@@ -187,6 +191,7 @@ class PodView:
         resource_claims: tuple[tuple[str, str, str], ...] = (),
         annotations: dict[str, Any] | None = None,
         relaxed: frozenset[str] = frozenset(),
+        serving: str = "",
     ) -> None:
         self.spec = spec
         self.pointer = pointer
@@ -208,6 +213,7 @@ class PodView:
         self.gpu_asked = None
         self.annotations = {} if annotations is None else annotations
         self.relaxed = relaxed
+        self.serving = serving
 
     @property
     def asks_gpu(self) -> bool:
