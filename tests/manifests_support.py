@@ -138,6 +138,11 @@ ROUTED: dict[tuple[str, str, str], set[str]] = {
         ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets"),
         ("batch.volcano.sh", "v1alpha1", "jobs"),
         ("apps.nvidia.com", "v1alpha1", "nimservices nimpipelines"),
+        ("disaggregatedset.x-k8s.io", "v1", "disaggregatedsets"),
+        ("workloads.x-k8s.io", "v1alpha1", "rolebasedgroups"),
+        ("workloads.x-k8s.io", "v1alpha2", "rolebasedgroups"),
+        ("kaito.sh", "v1alpha1", "workspaces inferencesets"),
+        ("kaito.sh", "v1beta1", "workspaces inferencesets"),
     ]
     for resource in resources.split()
 }

@@ -410,6 +410,43 @@ KINDS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
         spec={"tasks": [{"name": "cpu", "template": _template(_limits("cpu", 1))},
                         {"name": "gpu", "replicas": 2, "template": _template(s)}]},
     ),
+    "RoleBasedGroup-v1alpha1": lambda s: _obj(
+        "workloads.x-k8s.io/v1alpha1",
+        "RoleBasedGroup",
+        spec={"roles": [{"name": "router", "replicas": 1, "template": _template(_limits("cpu", 1))},
+                        {"name": "inference", "replicas": 2, "template": _template(s)}]},
+    ),
+    "RoleBasedGroup-leader-worker": lambda s: _obj(
+        "workloads.x-k8s.io/v1alpha2",
+        "RoleBasedGroup",
+        spec={"roles": [{"name": "prefill", "replicas": 2,
+                         "leaderWorkerPattern": {"size": 4, "template": _template(s)}}]},
+    ),
+    "RoleBasedGroup-role-template": lambda s: _obj(
+        "workloads.x-k8s.io/v1alpha2",
+        "RoleBasedGroup",
+        spec={"roleTemplates": [{"name": "base", "template": _template(s)}],
+              "roles": [{"name": "decode", "replicas": 1,
+                         "standalonePattern": {"templateRef": {"name": "base"}}}]},
+    ),
+    "DisaggregatedSet-worker": lambda s: _obj(
+        "disaggregatedset.x-k8s.io/v1",
+        "DisaggregatedSet",
+        spec={"roles": [{"name": "decode", "spec": {"replicas": 1, "leaderWorkerTemplate": {
+            "size": 2, "workerTemplate": _template(s)}}}]},
+    ),
+    "Workspace": lambda s: _obj(
+        "kaito.sh/v1beta1",
+        "Workspace",
+        resource={"count": 1, "labelSelector": {"matchLabels": {"apps": "llm"}}},
+        inference={"template": _template(s)},
+    ),
+    "InferenceSet": lambda s: _obj(
+        "kaito.sh/v1beta1",
+        "InferenceSet",
+        spec={"replicas": 2, "labelSelector": {"matchLabels": {"apps": "llm"}},
+              "template": {"inference": {"template": _template(s)}}},
+    ),
 }  # fmt: skip
 # Kinds without a pod spec, tested in test_workloads.py: TrainJob keeps one container-like
 # trainer with its resources under `resourcesPerNode`, a NIMService's spec is one.

@@ -396,3 +396,53 @@ def test_no_generated_object_makes_a_match_condition_fail(
     assert match_condition_errors(installed) == errors_before == 0
     # the generator reached the webhook, and the apiserver's own checks, both
     assert answered.get(201) and (answered.get(400) or answered.get(422))
+
+
+def _half_gpu_template(name: str) -> dict[str, Any]:
+    limits = {"nvidia.com/gpu": "0.5", "memory": "64Gi"}
+    container = {"name": name, "image": "x", "ports": [{"containerPort": 8000}]}
+    return {"spec": {"containers": [{**container, "resources": {"limits": limits}}]}}
+
+
+# The serving stacks' kinds, shaped as their documented examples, each with half a GPU where
+# its CRD keeps the pod template or container: (object, what the denial names).
+SERVING_OBJECTS: list[tuple[dict[str, Any], str]] = [
+    (
+        {"apiVersion": "workloads.x-k8s.io/v1alpha2", "kind": "RoleBasedGroup",
+         "spec": {"roles": [{"name": "prefill", "replicas": 2, "leaderWorkerPattern": {
+             "size": 4, "template": _half_gpu_template("sglang")}}]}},
+        "spec.roles[0].leaderWorkerPattern.template.spec.containers[0].resources.limits",
+    ),
+    (
+        {"apiVersion": "disaggregatedset.x-k8s.io/v1", "kind": "DisaggregatedSet",
+         "spec": {"roles": [{"name": "decode", "spec": {"replicas": 1, "leaderWorkerTemplate": {
+             "size": 2, "workerTemplate": _half_gpu_template("vllm")}}}]}},
+        "spec.roles[0].spec.leaderWorkerTemplate.workerTemplate.spec.containers[0]",
+    ),
+    (
+        {"apiVersion": "kaito.sh/v1beta1", "kind": "Workspace",
+         "resource": {"count": 1, "labelSelector": {"matchLabels": {"apps": "llm"}}},
+         "inference": {"template": _half_gpu_template("custom-llm-container")}},
+        "inference.template.spec.containers[0].resources.limits",
+    ),
+    (
+        {"apiVersion": "apps.nvidia.com/v1alpha1", "kind": "NIMService",
+         "spec": {"image": {"repository": "nvcr.io/nim/meta/llama-3.1-8b-instruct", "tag": "1"},
+                  "replicas": 1, "resources": {"limits": {"nvidia.com/gpu": "0.5"}}}},
+        'container "s3-ctr" asks 0.5',
+    ),
+]  # fmt: skip
+
+
+def test_the_serving_stacks_kinds_are_sent_and_judged_where_their_crds_keep_pods(
+    installed: Installed, namespace: str, custom_kinds: None
+) -> None:
+    plane = installed.plane
+    for i, (obj, named) in enumerate(SERVING_OBJECTS):
+        body = {**obj, "metadata": {"name": f"s{i}", "namespace": namespace}}
+        done = plane.kubectl("create", "-f", "-", stdin=json.dumps(body), check=False)
+        assert done.returncode != 0, f"{obj['kind']} was admitted: {done.stdout}"
+        assert "admission webhook" in done.stderr and "gpu-whole-quantity" in done.stderr
+        assert named in done.stderr, done.stderr
+        whole = json.loads(json.dumps(body).replace('"0.5"', '"1"'))
+        plane.kubectl("create", "--dry-run=server", "-f", "-", stdin=json.dumps(whole))

@@ -86,9 +86,11 @@ _DOCS: dict[str, RuleDoc] = {
         "Set resources.limits.memory.",
     ),
     "gpu-readiness-probe": RuleDoc(
-        "GPU serving pods have a readiness probe",
-        "A serving pod without a readiness probe gets traffic before its model is loaded. Add "
-        "a readinessProbe.",
+        "GPU serving containers have a readiness probe",
+        "A serving container without a readiness probe gets traffic before its model is "
+        "loaded. Only containers that serve are asked: they declare ports, or are a serving "
+        "kind's model server; never LeaderWorkerSet workers, batch pods or a container that "
+        "declares no port. Add a readinessProbe.",
     ),
     "gpu-init-container": RuleDoc(
         "Init containers ask for no GPU",

@@ -36,6 +36,7 @@ from webhook.ruleset.workloads import LIST_ITEMS, MAP_VALUES
 
 __all__ = [
     "BUILTIN_GROUPS",
+    "LWS_WORKER_INDEX",
     "ContainerView",
     "PodView",
     "UnreadableObject",
@@ -233,6 +234,45 @@ def _template_pods(
     return pods
 
 
+# The label LeaderWorkerSet gives each pod of a group: "0" is the leader, which takes the
+# group's traffic; the others are workers that only join its model.
+LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+
+
+def _serving(
+    obj: dict[str, Any],
+    mode: str,
+    workers_if: tuple[str, ...] | None,
+    where: tuple[str | int, ...],
+    labels: dict[str, Any],
+    kind: str,
+) -> str:
+    """Which containers of the pod spec at `where` take traffic: none in a worker template
+    (`workers_if` reaches an object: a leader template beside it) or a LeaderWorkerSet's
+    worker Pod (its worker index, a label LWS gives pods, not templates, is not 0)."""
+    if not mode:
+        return ""
+    if workers_if is not None and isinstance(_count_at(obj, workers_if, where), dict):
+        return ""
+    index = labels.get(LWS_WORKER_INDEX) if where == ("spec",) and kind == "Pod" else None
+    return "" if index is not None and index != "0" else mode
+
+
+def _lone_name(
+    obj: dict[str, Any],
+    name: tuple[tuple[str, ...] | None, str],
+    where: tuple[str | int, ...],
+    kind: str,
+) -> str | None:
+    """What the controller calls a container-like object's container (the NIM operator's
+    `<name>-ctr`); None: not said. The object itself when it is the whole `spec`."""
+    path, suffix = name
+    found = _count_at(obj, path, where) if path is not None else None
+    if isinstance(found, str) and found:
+        return found + suffix
+    return kind.lower() if where == ("spec",) else None
+
+
 def _check_pod_fields(spec: dict[str, Any], spec_path: str) -> None:
     if not lists_ok(spec, ("tolerations", "volumes")):
         for list_name in ("tolerations", "volumes"):
@@ -255,9 +295,14 @@ def _check_pod_fields(spec: dict[str, Any], spec_path: str) -> None:
 
 
 def _lone_container(
-    raw: dict[str, Any], where: str, key: str, is_gpu: Callable[[str], bool]
+    raw: dict[str, Any],
+    where: str,
+    key: str,
+    is_gpu: Callable[[str], bool],
+    given_name: str | None = None,
 ) -> ContainerView:
-    """A container-like object outside any pod spec (TrainJob's spec.trainer)."""
+    """A container-like object outside any pod spec (TrainJob's spec.trainer, a NIMService's
+    spec), named by its own `name`, else `given_name`, else its path."""
     res = mapping(raw.get(key), f"{where}.{key}")
     limits = mapping(res.get("limits"), f"{where}.{key}.limits")
     requests = mapping(res.get("requests"), f"{where}.{key}.requests")
@@ -268,7 +313,7 @@ def _lone_container(
         raw=raw,
         slot=("containers", 0),
         init=False,
-        name=raw["name"] if isinstance(raw.get("name"), str) else where,
+        name=raw["name"] if isinstance(raw.get("name"), str) else given_name or where,
         field_path=where,
         gpu_limits=gl,
         gpu_requests=gr,
@@ -303,7 +348,8 @@ def pod_views(
         raise UnreadableObject("object", f"expected a {kind} object, found {type(obj).__name__}")
     views: list[PodView] = []
     replicas = _replica_count(obj, workload.replicas)
-    for segments, factors in zip(workload.spec_paths, workload.spec_replicas, strict=True):
+    per_spec = zip(workload.spec_paths, workload.spec_replicas, workload.spec_serving, strict=True)
+    for segments, factors, (serving, workers_if) in per_spec:
         for where, spec in walk(obj, segments, ()):
             if views:
                 give_way()  # pod spec after pod spec: the event loop in between (`turns`)
@@ -311,6 +357,7 @@ def pod_views(
             pods = replicas if factors is None else _template_pods(obj, factors, where)
             spec = mapping(spec, spec_path)
             meta = _parent_meta(obj, where)
+            labels = _labels(meta)
             _check_pod_fields(spec, spec_path)
             views.append(
                 PodView(
@@ -318,7 +365,7 @@ def pod_views(
                     pointer=pointer(*where),
                     field_path=spec_path,
                     kind=kind,
-                    labels=_labels(meta),
+                    labels=labels,
                     annotations=_labels(meta, "annotations"),
                     owner_kinds=_owner_kinds(meta) if kind == "Pod" else (kind,),
                     containers=_containers(spec, spec_path, is_gpu, workload.inline),
@@ -329,6 +376,7 @@ def pod_views(
                     resource_claims=pod_claims(
                         spec.get("resourceClaims"), f"{spec_path}.resourceClaims"
                     ),
+                    serving=_serving(obj, serving, workers_if, where, labels, kind),
                 )
             )
     views += _container_path_views(obj, workload, is_gpu, replicas)
@@ -340,10 +388,13 @@ def _container_path_views(
 ) -> list[PodView]:
     """One view per container-like object: a pod spec of that one container, never patched."""
     views = []
-    for segments, key in workload.container_paths:
+    for (segments, key), name in zip(
+        workload.container_paths, workload.container_names, strict=True
+    ):
         for where, raw in walk(obj, segments, ()):
             path = dotted("", *where)
-            container = _lone_container(mapping(raw, path), path, key, is_gpu)
+            given = _lone_name(obj, name, where, workload.kind)
+            container = _lone_container(mapping(raw, path), path, key, is_gpu, given)
             views.append(
                 PodView(
                     spec={"containers": [container.raw]},

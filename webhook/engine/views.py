@@ -174,6 +174,10 @@ class PodView:
     # Rules (validations and mutations) an exemption relaxes for this pod spec
     # (`webhook.ruleset.relaxing`): a label, a built-in component, a named workload.
     relaxed: frozenset[str] = frozenset()
+    # Which of its containers take traffic (gpu-readiness-probe): "" none (a batch or
+    # training kind, a worker template), "ports" those that declare ports, "main" its first
+    # container too (`ruleset.workloads.PodTemplatePath.serving`).
+    serving: str = ""
 
     def __init__(
         self,
@@ -193,6 +197,7 @@ class PodView:
         resource_claims: tuple[tuple[str, str, str], ...] = (),
         annotations: dict[str, Any] | None = None,
         relaxed: frozenset[str] = frozenset(),
+        serving: str = "",
     ) -> None:
         self.spec = spec
         self.pointer = pointer
@@ -214,6 +219,7 @@ class PodView:
         self.gpu_asked = None
         self.annotations = {} if annotations is None else annotations
         self.relaxed = relaxed
+        self.serving = serving
 
     @property
     def asks_gpu(self) -> bool:

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from webhook.ruleset.workloads import BUILTIN_WORKLOADS, ReplicaFactor, WorkloadKind, parse_path
+from webhook.ruleset.shipped_workloads import BUILTIN_WORKLOADS
+from webhook.ruleset.workloads import ReplicaFactor, WorkloadKind, parse_path
 
 __all__ = ["DEFAULT_TABLE", "Factor", "Workload", "WorkloadTable", "read", "workload_table"]
 
@@ -45,6 +46,12 @@ class Workload:
     replicas: tuple[str, ...] | None
     # For each of `spec_paths`: its own replica factors, or None (the kind's `replicas`).
     spec_replicas: tuple[tuple[Factor, ...] | None, ...]
+    # For each of `spec_paths`: which containers take traffic ("" none, "ports", "main"),
+    # and the path whose object makes it a worker template (`PodTemplatePath.workers_if`).
+    spec_serving: tuple[tuple[str, tuple[str, ...] | None], ...]
+    # For each of `container_paths`: the path of the name its controller gives the
+    # container, or None, and the suffix after it (`ContainerPath.name`).
+    container_names: tuple[tuple[tuple[str, ...] | None, str], ...]
     suspend: tuple[str, ...] | None = None  # the field that holds its pods back
     ttl: tuple[str, ...] | None = None  # its ttlSecondsAfterFinished
     deadline: tuple[str, ...] | None = None  # its activeDeadlineSeconds
@@ -101,6 +108,13 @@ def _compile(kind: WorkloadKind) -> Workload:
         replicas=parse_path(kind.replicas) if kind.replicas else None,
         spec_replicas=tuple(
             None if fs is None else tuple(_factor(f) for f in fs) for fs in kind.spec_replicas()
+        ),
+        spec_serving=tuple(
+            (mode, parse_path(workers) if workers else None)
+            for mode, workers in kind.spec_serving()
+        ),
+        container_names=tuple(
+            (parse_path(c.name) if c.name else None, c.name_suffix) for c in kind.containers
         ),
         suspend=parse_path(kind.suspend) if kind.suspend else None,
         ttl=parse_path(kind.ttl) if kind.ttl else None,

@@ -70,6 +70,7 @@ def _view(
         labels={},
         owner_kinds=(),
         containers=(c,),
+        serving="main",  # its one container takes traffic (gpu-readiness-probe)
     )
 
 

@@ -5,7 +5,8 @@ find in `root` (`object` or `oldObject`):
 
     {'ptr': JSON pointer, 'path': dotted path for messages, 'spec': the PodSpec,
      'key': key of each container's ResourceRequirements, 'lone': container-path view,
-     'mutable': whether the webhook patches it, 'labels': the pod's (template's) labels,
+     'mutable': whether the webhook patches it, 'serving': which containers take traffic
+     ('' none, 'ports', 'main': `PodView.serving`), 'labels': the pod's (template's) labels,
      only when asked for}
 
 `containers(...)` is a CEL list with one record per container of one pod spec, in the
@@ -24,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from webhook.engine.fields import dotted, pointer
+from webhook.engine.podviews import LWS_WORKER_INDEX
 from webhook.engine.workloads import Workload, WorkloadTable
 from webhook.export.cel import q, qlist
 from webhook.ruleset.workloads import LIST_ITEMS, MAP_VALUES
@@ -81,7 +83,16 @@ def record(fields: dict[str, str]) -> str:
     return "{" + ", ".join(f"{q(k)}: dyn({v})" for k, v in fields.items()) + "}"
 
 
-def _record(spec: str, key: str, lone: bool, mutable: bool, labels: bool, notes: bool) -> str:
+def _record(
+    spec: str,
+    key: str,
+    lone: bool,
+    mutable: bool,
+    labels: bool,
+    notes: bool,
+    serving: str,
+    name: str = "@path",
+) -> str:
     fields = {
         "spec": spec,
         "ptr": "@ptr",
@@ -89,6 +100,8 @@ def _record(spec: str, key: str, lone: bool, mutable: bool, labels: bool, notes:
         "key": q(key),
         "lone": str(lone).lower(),
         "mutable": str(mutable).lower(),
+        "serving": serving,
+        "name": name,
     }
     if labels:
         fields["labels"] = "{}" if lone else "@labels"
@@ -110,14 +123,51 @@ def _labels(parent: str | None, key: str = "labels") -> str:
     )
 
 
-def _fill(build: str, value: str, ptr: str, path: str, parent: str | None) -> str:
+def _fill(build: str, value: str, ptr: str, path: str, parent: str | None, at: str) -> str:
     return (
         build.replace("@ptr", ptr)
         .replace("@path", path)
         .replace("@labels", _labels(parent))
         .replace("@notes", _labels(parent, "annotations"))
+        .replace("@at", at)
         .replace("@v", value)
     )
+
+
+def _lone_name(
+    root: str, segments: tuple[str, ...], name: tuple[tuple[str, ...] | None, str], kind: str
+) -> str:
+    """What messages call a container-like object's container when it has no `name` of its
+    own (`podviews._lone_name`): the string its controller names it by, plus the suffix; else
+    the kind in lower case when it is the whole `spec`, else its path."""
+    fallback = q(kind.lower()) if segments == ("spec",) else "@path"
+    path, suffix = name
+    if path is None:
+        return fallback
+    wild = next((i for i, s in enumerate(path) if s in _WILD), None)
+    base, rest = (root, path) if wild is None else ("@at", path[wild + 1 :])
+    parent, guards = _walk(base, rest[:-1])
+    value = _field(parent, rest[-1])
+    found = " && ".join([*guards, f"{q(rest[-1])} in {parent}", f"type({value}) == string"])
+    return f"({found} && size({value}) > 0 ? {value} + {q(suffix)} : {fallback})"
+
+
+def _serving(root: str, mode: str, workers_if: tuple[str, ...] | None, pod: bool) -> str:
+    """The record's `serving` (`PodView.serving`): which containers take traffic. `@at` is
+    the item the template's wildcard reached (`root` when it has none), where a `workersIf`
+    sharing that wildcard is read; a Pod's labels say whether it is a LeaderWorkerSet worker."""
+    if not mode:
+        return "''"
+    served = q(mode)
+    if pod:
+        index = q(LWS_WORKER_INDEX)
+        served = f"({index} in @labels && @labels[{index}] != '0' ? '' : {served})"
+    if workers_if is None:
+        return served
+    wild = next((i for i, s in enumerate(workers_if) if s in _WILD), None)
+    base, rest = (root, workers_if) if wild is None else ("@at", workers_if[wild + 1 :])
+    _, guards = _walk(base, rest)
+    return f"({' && '.join(guards)} ? '' : {served})"
 
 
 def _collect(root: str, segments: tuple[str, ...], build: str) -> str:
@@ -130,7 +180,7 @@ def _collect(root: str, segments: tuple[str, ...], build: str) -> str:
     if wild is None:
         value, guards = _walk(root, segments)
         parent, _ = _walk(root, segments[:-1])
-        made = _fill(build, value, q(pointer(*segments)), q(dotted("", *segments)), parent)
+        made = _fill(build, value, q(pointer(*segments)), q(dotted("", *segments)), parent, root)
         return f"({' && '.join(guards)} ? [{made}] : [])"
     head, rest = segments[:wild], segments[wild + 1 :]
     outer, guards = _walk(root, head)
@@ -142,7 +192,7 @@ def _collect(root: str, segments: tuple[str, ...], build: str) -> str:
         item, inner = _walk(at, rest)
         keep = " && ".join([f"type({at}) == map", *inner])
         parent = _walk(at, rest[:-1])[0] if rest else outer
-        made = _fill(build, item, ptr, path, parent)
+        made = _fill(build, item, ptr, path, parent, at)
         return f".filter({var}, {keep}).map({var}, {made})"
 
     # Either wildcard walks list items and map values alike, as the engine's `walk` does; a
@@ -175,16 +225,18 @@ def pod_specs(table: WorkloadTable, root: str, *, labels: bool = False, notes: b
     """The CEL list of pod-spec records in `root`: each path once, for the kinds that have it
     (in table order, as the engine's views come); `labels`, `notes`: with the pods' labels,
     annotations."""
-    paths: dict[tuple[tuple[str, ...], str, bool, bool], list[Workload]] = {}
+    paths: dict[tuple[tuple[str, ...], str, bool, bool, str, str], list[Workload]] = {}
     for w in table.kinds:
-        for segments in w.spec_paths:
-            paths.setdefault((segments, "resources", False, w.mutate), []).append(w)
-        for segments, key in w.container_paths:
-            paths.setdefault((segments, key, True, False), []).append(w)
+        for segments, (mode, workers_if) in zip(w.spec_paths, w.spec_serving, strict=True):
+            serving = _serving(root, mode, workers_if, (w.group, w.kind) == ("", "Pod"))
+            paths.setdefault((segments, "resources", False, w.mutate, serving, ""), []).append(w)
+        for (segments, key), name in zip(w.container_paths, w.container_names, strict=True):
+            named = _lone_name(root, segments, name, w.kind)
+            paths.setdefault((segments, key, True, False, "''", named), []).append(w)
     parts = []
-    for (segments, key, lone, mutable), kinds in paths.items():
+    for (segments, key, lone, mutable, serving, named), kinds in paths.items():
         spec = "{'containers': [@v]}" if lone else "@v"
-        made = _record(spec, key, lone, mutable, labels, notes)
+        made = _record(spec, key, lone, mutable, labels, notes, serving, named or "@path")
         parts.append(f"({kind_test(kinds)}\n    ? {_collect(root, segments, made)} : [])")
     # A list of lists, flattened: `a + b + c...` would nest one level per path.
     return "[\n  " + ",\n  ".join(parts) + "\n].flatten()" if parts else "[]"
@@ -233,7 +285,7 @@ def containers(
             role = f"({sidecar} ? 'sidecar' : 'init')"
         elif list_name == "containers":
             label = (
-                f"({s}.lone ? {_label('container', c, f'{s}.path')}"
+                f"({s}.lone ? {_label('container', c, f'{s}.name')}"
                 f" : {_label('container', c, 'string(i)')})"
             )
             role = "'main'"

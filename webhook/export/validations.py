@@ -14,7 +14,7 @@ from fractions import Fraction
 
 from webhook.engine.checks import probes, resources
 from webhook.engine.compiled import CompiledRules
-from webhook.export.cel import name_test, q, qlist, quantity_of, shown
+from webhook.export.cel import name_test, q, quantity_of, shown
 from webhook.export.messages import LIMITED, REQUESTED, engine_message, slot
 from webhook.facts.dra import IMPLICIT_PREFIX
 
@@ -135,13 +135,16 @@ def _init_container(rules: CompiledRules) -> str:
 
 def _readiness_probe(rules: CompiledRules) -> str:
     text = engine_message(probes.readiness_probe, rules, _WHERE, limits={"nvidia.com/gpu": 1})
-    # `p` is the pod the container record belongs to (see `validating._findings`).
+    # `p` is the pod the container record belongs to (see `validating._findings`); its
+    # `serving` says which containers take traffic (`podspecs`, `probes.serves`).
     serving = (
-        f"request.kind.kind in {qlist(sorted(probes.SERVING_KINDS))}"
+        "p.s.serving != ''"
         " && !('restartPolicy' in p.s.spec && p.s.spec.restartPolicy in ['Never', 'OnFailure'])"
     )
+    ports = "'ports' in r.c && type(r.c.ports) == list && size(r.c.ports) > 0"
+    serves = f"({ports} || (p.s.serving == 'main' && r.ptr == p.s.ptr + '/containers/0'))"
     probe = "'readinessProbe' in r.c && size(r.c.readinessProbe) > 0"
-    cond = f"{serving} && r.role in ['main', 'sidecar'] && r.asks && !({probe})"
+    cond = f"{serving} && r.role in ['main', 'sidecar'] && r.asks && !({probe}) && {serves}"
     return f"({cond} ? [{text}] : [])"
 
 
@@ -171,7 +174,7 @@ EXPORTED: tuple[ExportedRule, ...] = (
         "gpu-readiness-probe",
         True,
         _readiness_probe,
-        "a readinessProbe on GPU containers of serving kinds",
+        "a readinessProbe on GPU containers that serve (ports, or a serving kind's model server)",
     ),
 )
 

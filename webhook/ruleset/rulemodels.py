@@ -116,7 +116,12 @@ class TolerationsRule(RuleModel):
 
 
 class ShmRule(RuleModel):
-    """Size of the memory-backed /dev/shm; NCCL and PyTorch data loaders need far over 64Mi."""
+    """Size of the memory-backed /dev/shm; NCCL and PyTorch data loaders need far over 64Mi.
+
+    `memoryFraction` of the container's memory limit, within [`minSize`, `maxSize`]; the floor
+    never lifts it past half the limit (a 512Mi limit gets 256Mi), since /dev/shm is charged
+    to the container's memory. `defaultSize` when it sets no memory limit.
+    """
 
     mutate: bool = True
     # The finding when none is added because a KServe predictor's serving runtime (which

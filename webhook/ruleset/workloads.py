@@ -1,9 +1,10 @@
 """Where pod specs live inside workload objects: one declaration per kind.
 
-The kinds gpu-admission knows out of the box are declared here with the same model a rule
-file's `workloads:` section uses, so a platform team's CRD gets exactly what a Deployment
-gets: every rule, the audit, and routing in the generated webhook configuration. A rule
-file's declaration of a shipped kind (same group and kind) replaces the shipped one.
+The kinds gpu-admission knows out of the box (`ruleset.shipped_workloads`) are declared with
+the same model a rule file's `workloads:` section uses, so a platform team's CRD gets exactly
+what a Deployment gets: every rule, the audit, and routing in the generated webhook
+configuration. A rule file's declaration of a shipped kind (same group and kind) replaces the
+shipped one.
 
 Paths are dotted field names from the object's root. `name[*]` walks every item of a list,
 a lone `*` every value of a map (Kubeflow's `pytorchReplicaSpecs: {Master: ..., Worker:
@@ -21,7 +22,6 @@ from webhook.modelerrors import Invalid
 from webhook.ruleset.base import StrictModel
 
 __all__ = [
-    "BUILTIN_WORKLOADS",
     "LIST_ITEMS",
     "MAP_VALUES",
     "ContainerPath",
@@ -87,12 +87,33 @@ class ContainerPath(StrictModel):
     path: str = Field(examples=["spec.trainer"])
     # The key holding its ResourceRequirements (TrainJob: resourcesPerNode).
     resources: str = Field(default="resources", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    # What messages call the container, as its controller names it: the string at `name`
+    # (it may use the path's wildcard, read from the same item) followed by `nameSuffix` (the
+    # NIM operator's `<NIMService name>-ctr`). Without one, or when it is absent (a
+    # generateName), the container is named by its path, or by the kind in lower case when
+    # the path is the whole `spec` (the object is the container).
+    name: str | None = Field(default=None, examples=["metadata.name"])
+    name_suffix: str = Field(default="", max_length=63, examples=["-ctr"])
 
-    @field_validator("path")
-    @classmethod
-    def _one_path(cls, value: str) -> str:
-        parse_path(value)
-        return value
+    @model_validator(mode="after")
+    def _paths(self) -> ContainerPath:
+        try:
+            own = _wildcard_prefix(parse_path(self.path))
+        except Invalid as exc:
+            raise exc.below("path") from None
+        if self.name is not None:
+            try:
+                theirs = _wildcard_prefix(parse_path(self.name))
+            except Invalid as exc:
+                raise exc.below("name") from None
+            if theirs is not None and theirs != own:
+                raise Invalid(
+                    f"{self.name!r}: a name path may use a wildcard only where the container "
+                    f"path {self.path!r} has its own, to read the same item",
+                    "use the container path's own wildcard in the name path, or none",
+                    ("name",),
+                )
+        return self
 
 
 def _wildcard_prefix(path: tuple[str, ...]) -> tuple[str, ...] | None:
@@ -150,6 +171,16 @@ class PodTemplatePath(StrictModel):
 
     path: str = Field(examples=["spec.template"])
     replicas: list[str | ReplicaFactor] = Field(default_factory=list, examples=[["spec.replicas"]])
+    # In a kind that `serves`, which containers take traffic (gpu-readiness-probe asks them
+    # for a readinessProbe): "ports", those that declare ports; "main", its first container
+    # too (KAITO's inference template: the model server, whatever it declares).
+    serving: Literal["ports", "main"] = "ports"
+    # When this path holds an object, the template makes only worker pods, which take no
+    # traffic (a LeaderWorkerSet's workerTemplate beside a leaderTemplate; without one it
+    # makes the leader too). It may use the template's own wildcard.
+    workers_if: str | None = Field(
+        default=None, examples=["spec.leaderWorkerTemplate.leaderTemplate"]
+    )
 
     @model_validator(mode="after")
     def _same_wildcard(self) -> PodTemplatePath:
@@ -167,6 +198,18 @@ class PodTemplatePath(StrictModel):
                         "use the template's own wildcard in the replica path, or none",
                         ("replicas", i),
                     )
+        if self.workers_if is not None:
+            try:
+                theirs = _wildcard_prefix(parse_path(self.workers_if))
+            except Invalid as exc:
+                raise exc.below("workersIf") from None
+            if theirs is not None and theirs != own:
+                raise Invalid(
+                    f"{self.workers_if!r}: workersIf may use a wildcard only where the template "
+                    f"{self.path!r} has its own, to read the same item",
+                    "use the template's own wildcard in workersIf, or none",
+                    ("workersIf",),
+                )
         return self
 
     def factors(self) -> list[ReplicaFactor]:
@@ -230,6 +273,10 @@ class WorkloadKind(StrictModel):
             "Path to its activeDeadlineSeconds, which gpu-spend sets when unset and caps."
         ),
     )
+    # true: its pods are long-lived servers that take traffic (a Deployment, a
+    # LeaderWorkerSet, a model server's CRD): gpu-readiness-probe asks their serving
+    # containers for a readinessProbe. Batch and training kinds never take traffic.
+    serves: bool = False
 
     _paths = field_validator("pod_specs")(_check_paths)
 
@@ -277,133 +324,13 @@ class WorkloadKind(StrictModel):
         )
         return (None,) * len(self.pod_specs) + own
 
-
-def _kind(
-    group: str, kind: str, resource: str, versions: list[str], **paths: object
-) -> WorkloadKind:
-    return WorkloadKind.model_validate(
-        {"group": group, "kind": kind, "resource": resource, "versions": versions, **paths}
-    )
-
-
-_KSERVE_INLINE = [
-    "model", "tensorflow", "pytorch", "sklearn", "xgboost", "onnx", "triton",
-    "lightgbm", "pmml", "paddle", "huggingface",
-]  # fmt: skip
-
-
-def _ray(prefix: str) -> list[object]:
-    """One head, and each worker group's `replicas` (else `minReplicas`, else 1)."""
-    workers = f"{prefix}workerGroupSpecs[*]"
-    return [
-        f"{prefix}headGroupSpec.template",
-        {
-            "path": f"{workers}.template",
-            "replicas": [{"path": [f"{workers}.replicas", f"{workers}.minReplicas"]}],
-        },
-    ]
-
-
-def _replicas(field: str) -> dict[str, object]:
-    """Kubeflow's replica specs: each role's pods, `replicas` of them (1 when unsaid), all
-    running together."""
-    template = {"path": f"spec.{field}.*.template", "replicas": [f"spec.{field}.*.replicas"]}
-    return {
-        "podTemplates": [template],
-        "gang": True,
-        "suspend": "spec.runPolicy.suspend",
-        "ttl": "spec.runPolicy.ttlSecondsAfterFinished",
-        "deadline": "spec.runPolicy.activeDeadlineSeconds",
-    }
-
-
-_TEMPLATE = {"podTemplates": ["spec.template"]}
-
-# The kinds known out of the box. The group matters: Volcano's batch.volcano.sh Job is not a
-# batch/v1 Job. Order is the order of the generated webhook rules.
-BUILTIN_WORKLOADS: tuple[WorkloadKind, ...] = (
-    _kind("", "Pod", "pods", ["v1"], podSpecs=["spec"]),
-    _kind("", "PodTemplate", "podtemplates", ["v1"], podTemplates=["template"]),
-    _kind("", "ReplicationController", "replicationcontrollers", ["v1"], **_TEMPLATE,
-          replicas="spec.replicas"),
-    _kind("apps", "Deployment", "deployments", ["v1"], **_TEMPLATE, replicas="spec.replicas"),
-    _kind("apps", "StatefulSet", "statefulsets", ["v1"], **_TEMPLATE, replicas="spec.replicas"),
-    _kind("apps", "DaemonSet", "daemonsets", ["v1"], **_TEMPLATE),
-    _kind("apps", "ReplicaSet", "replicasets", ["v1"], **_TEMPLATE, replicas="spec.replicas"),
-    _kind("batch", "Job", "jobs", ["v1"], **_TEMPLATE, replicas="spec.parallelism",
-          suspend="spec.suspend", ttl="spec.ttlSecondsAfterFinished",
-          deadline="spec.activeDeadlineSeconds"),
-    _kind("batch", "CronJob", "cronjobs", ["v1"], podTemplates=["spec.jobTemplate.spec.template"],
-          replicas="spec.jobTemplate.spec.parallelism"),
-    _kind("ray.io", "RayCluster", "rayclusters", ["v1"], podTemplates=_ray("spec."),
-          suspend="spec.suspend"),
-    _kind("ray.io", "RayJob", "rayjobs", ["v1"],
-          podTemplates=[*_ray("spec.rayClusterSpec."), "spec.submitterPodTemplate"],
-          suspend="spec.suspend", ttl="spec.ttlSecondsAfterFinished",
-          deadline="spec.activeDeadlineSeconds"),
-    _kind("ray.io", "RayService", "rayservices", ["v1"],
-          podTemplates=_ray("spec.rayClusterConfig.")),
-    _kind("kubeflow.org", "PyTorchJob", "pytorchjobs", ["v1"], **_replicas("pytorchReplicaSpecs")),
-    _kind("kubeflow.org", "TFJob", "tfjobs", ["v1"], **_replicas("tfReplicaSpecs")),
-    _kind("kubeflow.org", "MPIJob", "mpijobs", ["v1", "v2beta1"], **_replicas("mpiReplicaSpecs")),
-    _kind("kubeflow.org", "XGBoostJob", "xgboostjobs", ["v1"], **_replicas("xgbReplicaSpecs")),
-    _kind("kubeflow.org", "PaddleJob", "paddlejobs", ["v1"], **_replicas("paddleReplicaSpecs")),
-    _kind("kubeflow.org", "JAXJob", "jaxjobs", ["v1"], **_replicas("jaxReplicaSpecs")),
-    # Kubeflow Trainer v2: the runtimes hold the JobSet template the pods come from; a TrainJob
-    # states the trainer's resources per node, judged but not patched (its pods are, when
-    # created, and the runtime is). A TrainJob's resources and a predictor's model container
-    # are merged into the runtimes' containers: those get no NVIDIA_VISIBLE_DEVICES=void.
-    _kind("trainer.kubeflow.org", "TrainingRuntime", "trainingruntimes", ["v1alpha1"],
-          podTemplates=["spec.template.spec.replicatedJobs[*].template.spec.template"],
-          runtime=True),
-    _kind("trainer.kubeflow.org", "ClusterTrainingRuntime", "clustertrainingruntimes",
-          ["v1alpha1"], scope="Cluster",
-          podTemplates=["spec.template.spec.replicatedJobs[*].template.spec.template"],
-          runtime=True),
-    _kind("trainer.kubeflow.org", "TrainJob", "trainjobs", ["v1alpha1"],
-          containers=[{"path": "spec.trainer", "resources": "resourcesPerNode"}],
-          replicas="spec.trainer.numNodes", mutate=False, gang=True, suspend="spec.suspend"),
-    # KServe inlines the pod spec into each component (containers, volumes, tolerations...);
-    # a multi-node predictor has a workerSpec, a pod spec too.
-    _kind("serving.kserve.io", "InferenceService", "inferenceservices", ["v1beta1"],
-          podSpecs=["spec.predictor", "spec.predictor.workerSpec", "spec.transformer",
-                    "spec.explainer"],
-          inlineContainers=_KSERVE_INLINE),
-    _kind("serving.kserve.io", "ServingRuntime", "servingruntimes", ["v1alpha1"],
-          podSpecs=["spec", "spec.workerSpec"], runtime=True),
-    _kind("serving.kserve.io", "ClusterServingRuntime", "clusterservingruntimes", ["v1alpha1"],
-          scope="Cluster", podSpecs=["spec", "spec.workerSpec"], runtime=True),
-    # LLMInferenceService pod specs are merged over LLMInferenceServiceConfig templates that
-    # mount their own /dev/shm: a volume added here would replace it.
-    _kind("serving.kserve.io", "LLMInferenceService", "llminferenceservices",
-          ["v1alpha1", "v1alpha2"],
-          podSpecs=["spec.template", "spec.worker", "spec.prefill.template", "spec.prefill.worker",
-                    "spec.router.scheduler.template"],
-          replicas="spec.replicas", shm=False),
-    # Each replicated Job runs `replicas` Jobs of `parallelism` pods.
-    _kind("jobset.x-k8s.io", "JobSet", "jobsets", ["v1alpha2"],
-          podTemplates=[{"path": "spec.replicatedJobs[*].template.spec.template",
-                         "replicas": ["spec.replicatedJobs[*].replicas",
-                                      "spec.replicatedJobs[*].template.spec.parallelism"]}],
-          suspend="spec.suspend", ttl="spec.ttlSecondsAfterFinished"),
-    # `replicas` groups of `size` pods: one leader (from the worker template when there is
-    # no leader template) and size - 1 workers. A group is all-or-nothing, the object is not.
-    _kind("leaderworkerset.x-k8s.io", "LeaderWorkerSet", "leaderworkersets", ["v1"],
-          podTemplates=["spec.leaderWorkerTemplate.leaderTemplate",
-                        {"path": "spec.leaderWorkerTemplate.workerTemplate",
-                         "replicas": ["spec.replicas",
-                                      {"path": "spec.leaderWorkerTemplate.size", "minus": 1,
-                                       "minusIf": "spec.leaderWorkerTemplate.leaderTemplate"}]}],
-          replicas="spec.replicas"),
-    # A gang of minAvailable pods, which may be fewer than all tasks' replicas: warned only.
-    _kind("batch.volcano.sh", "Job", "jobs", ["v1alpha1"],
-          podTemplates=[{"path": "spec.tasks[*].template",
-                         "replicas": ["spec.tasks[*].replicas"]}]),
-    # NVIDIA NIM Operator: a NIMService's spec is one container-like object (image, env,
-    # resources) plus placement; the operator makes Deployments or LeaderWorkerSets of it, and
-    # their pods get the mutations when created.
-    _kind("apps.nvidia.com", "NIMService", "nimservices", ["v1alpha1"],
-          containers=[{"path": "spec"}], replicas="spec.replicas", mutate=False),
-    _kind("apps.nvidia.com", "NIMPipeline", "nimpipelines", ["v1alpha1"],
-          containers=[{"path": "spec.services[*].spec"}], mutate=False),
-)  # fmt: skip
+    def spec_serving(self) -> tuple[tuple[str, str | None], ...]:
+        """For each of `spec_paths`: which containers take traffic ("" none: the kind does
+        not serve; "ports"; "main") and the path that makes it a worker template, if any."""
+        if not self.serves:
+            return (("", None),) * len(self.spec_paths())
+        own = tuple(
+            (t.serving, t.workers_if) if isinstance(t, PodTemplatePath) else ("ports", None)
+            for t in self.pod_templates
+        )
+        return (("ports", None),) * len(self.pod_specs) + own

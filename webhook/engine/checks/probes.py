@@ -8,10 +8,10 @@ from typing import Any
 from webhook.engine.checks.resources import gpu_containers
 from webhook.engine.context import Context
 from webhook.engine.findings import Finding
-from webhook.engine.podviews import PodView
+from webhook.engine.podviews import ContainerView, PodView
 from webhook.ruleset.models import ProbesRule
 
-__all__ = ["adjust_probes", "readiness_probe"]
+__all__ = ["adjust_probes", "readiness_probe", "serves"]
 
 _HANDLERS = ("exec", "httpGet", "tcpSocket", "grpc")
 
@@ -69,27 +69,26 @@ def adjust_probes(spec: dict[str, Any], pod: PodView, ctx: Context) -> bool:
     return changed
 
 
-# Kinds that run long-lived servers. Batch kinds (Job, training jobs) never take traffic;
-# KubeRay injects its own probes into Ray pods and Knative (under KServe) into model servers.
-SERVING_KINDS = frozenset(
-    {
-        "Pod",
-        "PodTemplate",
-        "Deployment",
-        "StatefulSet",
-        "ReplicaSet",
-        "ReplicationController",
-        "LeaderWorkerSet",
-    }
-)
+def serves(c: ContainerView, pod: PodView) -> bool:
+    """Whether the container takes traffic: it declares ports, or it is the model server of a
+    serving kind's template (its first container, `serving: main`). A container that
+    declares none (a worker joining a leader, a `sleep infinity` pod) takes none."""
+    if not pod.serving:
+        return False
+    ports = c.raw.get("ports")
+    if isinstance(ports, list) and ports:
+        return True
+    return pod.serving == "main" and c.slot == ("containers", 0)
 
 
 def readiness_probe(pod: PodView, ctx: Context) -> Iterator[Finding]:
-    """Serving pods only: batch pods (restartPolicy Never/OnFailure) never take traffic."""
-    if pod.kind not in SERVING_KINDS or pod.spec.get("restartPolicy") in ("Never", "OnFailure"):
+    """Serving containers only: of a kind that `serves` (never a batch or training kind, nor
+    a LeaderWorkerSet's worker template or worker pod: `PodView.serving`), not of a batch pod
+    (restartPolicy Never/OnFailure), and taking traffic (`serves`)."""
+    if not pod.serving or pod.spec.get("restartPolicy") in ("Never", "OnFailure"):
         return
     for c in gpu_containers(pod):
-        if not c.raw.get("readinessProbe"):
+        if not c.raw.get("readinessProbe") and serves(c, pod):
             yield Finding(
                 rule="gpu-readiness-probe",
                 summary=(

@@ -58,17 +58,21 @@ def _memory_limit(c: ContainerView) -> Amount | None:
 
 
 def shm_size(c: ContainerView, ctx: Context) -> int:
-    """A share of the memory limit, clamped to [min, max] and never above the limit itself.
+    """A share of the memory limit, clamped to [min, max]; the floor never lifts it past half
+    the limit.
 
-    A memory-backed emptyDir is charged to the pod's memory, so a size above the limit would
-    let /dev/shm alone get the container OOM-killed.
+    A memory-backed emptyDir is charged to the pod's memory: raised to the floor on a small
+    limit (1Gi on a 512Mi limit, or the whole limit), /dev/shm alone could use up the memory
+    the model server needs and get the container OOM-killed. There the share itself is used
+    (256Mi of 512Mi at the default 50%), still four times the runtime's 64Mi.
     """
     numerator, denominator, low, high, default = ctx.rules.shm_sizes
     exact = _memory_limit(c)
     if exact is None:
         return default
     limit = int(exact)  # whole bytes; integer arithmetic is what the hot path can afford
-    size = min(max(limit * numerator // denominator, low), high)
+    share = limit * numerator // denominator
+    size = min(max(share, min(low, limit // 2)), high)
     # Whole mebibytes keep the emitted quantity readable (e.g. 1536Mi rather than a byte count).
     size = size // 2**20 * 2**20 or size
     return min(size, limit)
