@@ -247,3 +247,50 @@ def test_each_section_is_one_row_and_a_key_the_reader_knows() -> None:
 def test_a_quantity_is_written_as_one_that_reads_back_the_same(whole: int, nano: int) -> None:
     value = parse_quantity(f"{whole}.{nano:09d}") if nano % 10**9 else parse_quantity(whole)
     assert parse_quantity(_quantity(value)) == value
+
+
+def test_queues_are_written_whole_and_read_back_as_the_live_cache_reads_them(
+    tmp_path: Path, cluster: Path, server: FakeApiServer
+) -> None:
+    from test_queues_live import cluster_queue, local_queue
+
+    server.put("localqueues", local_queue("user-queue", "team-a-cq"))
+    server.put("localqueues", local_queue("other", "team-b-cq", ns="research"))
+    server.put("clusterqueues", cluster_queue("team-a-cq", 8, 8))
+    kai = {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": "q"}}
+    server.put("queues", kai)
+    doc = yaml.safe_load(snapshot(cluster, tmp_path / "q.yaml"))
+    # sorted by namespace, then name
+    assert [q["metadata"]["name"] for q in doc["localQueues"]] == ["user-queue", "other"]
+    assert doc["clusterQueues"][0]["spec"] == cluster_queue("team-a-cq", 8, 8)["spec"]
+    assert doc["resourceFlavors"] == []  # served, none: known and empty
+    assert [q["metadata"]["name"] for q in doc["queues"]] == ["q"]
+    facts = load_snapshot(tmp_path / "q.yaml")
+    cfg = client.Configuration()
+    cfg.host = server.url
+    live = LiveCache(client.ApiClient(cfg))
+    live.list_once()
+    for ns in ("ml-team", "research"):
+        a, b = facts.facts_for(ns).queues, live.facts_for(ns).queues
+        assert a is not None and b is not None
+        assert a.local_queues == b.local_queues
+        assert a.kai_leaves() == b.kai_leaves() == ["q"]
+    # only the namespaces asked for: LocalQueues are namespaced, ClusterQueues are not
+    doc = yaml.safe_load(snapshot(cluster, tmp_path / "r.yaml", "--namespace", "research"))
+    assert [q["metadata"]["name"] for q in doc["localQueues"]] == ["other"]
+    assert [q["metadata"]["name"] for q in doc["clusterQueues"]] == ["team-a-cq"]
+
+
+def test_queue_sections_are_known_together_or_not_at_all(
+    tmp_path: Path, cluster: Path, server: FakeApiServer
+) -> None:
+    """Kueue not installed: each section known and empty. One queue kind forbidden: all four
+    left out, since the reader takes a missing section beside given ones as empty."""
+    server.missing.update({"localqueues", "clusterqueues", "resourceflavors", "queues"})
+    doc = yaml.safe_load(snapshot(cluster, tmp_path / "none.yaml"))
+    assert all(doc[k] == [] for k in ("localQueues", "clusterQueues", "resourceFlavors", "queues"))
+    server.missing.clear()
+    server.forbidden.add("clusterqueues")
+    doc = yaml.safe_load(snapshot(cluster, tmp_path / "forbidden.yaml"))
+    assert not {"localQueues", "clusterQueues", "resourceFlavors", "queues"} & set(doc)
+    assert load_snapshot(tmp_path / "forbidden.yaml").facts_for("ml-team").queues is None

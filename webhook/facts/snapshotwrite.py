@@ -16,13 +16,13 @@ cluster gives the same bytes.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any, Literal
 
 import yaml
 
-from webhook.facts import dra, servingruntimes, webhookconfigs
+from webhook.facts import dra, queues, servingruntimes, webhookconfigs
 from webhook.facts.client import list_call
 from webhook.facts.model import GPU_PRODUCT_LABEL
 from webhook.facts.objects import config_map_keys, node, pod_summary, priority_class, quota
@@ -30,6 +30,7 @@ from webhook.facts.watched import (
     DRA_KINDS,
     KINDS,
     PROVISIONING_KINDS,
+    QUEUE_KINDS,
     SERVING_KINDS,
     WEBHOOK_KINDS,
     Kind,
@@ -76,6 +77,8 @@ class Section:
     # What a 403 leaves: the sections of the same group all left out (unknown), or "fail".
     group: str = ""
     when_forbidden: Literal["omit", "fail"] = "omit"
+    # Older versions of the kind, tried in turn when the cluster does not serve `kind` (404).
+    older: tuple[Kind, ...] = ()
 
 
 # ---- entries ------------------------------------------------------------------------------
@@ -227,11 +230,20 @@ def _sorted(value: Any) -> Any:
 # ---- the table ----------------------------------------------------------------------------
 
 _CORE = {k.name: k for k in KINDS}
-_OPTIONAL = {k.name: k for k in PROVISIONING_KINDS + DRA_KINDS + SERVING_KINDS + WEBHOOK_KINDS}
+_OPTIONAL = {
+    k.name: k for k in PROVISIONING_KINDS + DRA_KINDS + SERVING_KINDS + WEBHOOK_KINDS + QUEUE_KINDS
+}
 
 
 def _optional(key: str, kind: str, **how: Any) -> Section:
     return Section(key, _OPTIONAL[kind], _whole, **how)
+
+
+def _kueue(key: str, plural: str, namespaced: bool = False) -> Section:
+    """A Kueue kind at the newest version the cluster serves (v1beta2, else v1beta1): the
+    cache names the newest `<plural>`, an older one `<plural>.<version>`."""
+    older = tuple(_OPTIONAL[f"{plural}.{v}"] for v in queues.KUEUE_VERSIONS[1:])
+    return Section(key, _OPTIONAL[plural], _whole, namespaced, group="queues", older=older)
 
 
 SECTIONS: tuple[Section, ...] = (
@@ -259,6 +271,12 @@ SECTIONS: tuple[Section, ...] = (
     _optional("servingRuntimes", servingruntimes.NAMESPACED_KIND, namespaced=True, group="serving"),
     _optional("clusterServingRuntimes", servingruntimes.CLUSTER_KIND, group="serving"),
     _optional("validatingWebhookConfigurations", webhookconfigs.KIND, when_absent="omit"),
+    # Batch queues: the reader takes the four sections as known together, so a forbidden one
+    # leaves them all out (unknown); a kind not installed is known and empty.
+    _kueue("localQueues", queues.LOCAL, namespaced=True),
+    _kueue("clusterQueues", queues.CLUSTER),
+    _kueue("resourceFlavors", queues.FLAVOR),
+    _optional("queues", queues.KAI, group="queues"),
 )
 
 
@@ -321,11 +339,7 @@ def snapshot_document(
     scope = wanted if namespaces is not None else None
     for section in sections:
         try:
-            entries = [
-                e
-                for obj in _objects(api_client, section, scope, page_size)
-                if (e := section.entry(obj, listed)) is not None
-            ]
+            entries = _entries(api_client, section, scope, page_size, listed)
         except ApiException as exc:
             if exc.status == 403 and section.when_forbidden == "omit":
                 dropped.add(section.group or section.key)
@@ -341,6 +355,26 @@ def snapshot_document(
         if (section.group or section.key) in dropped:
             doc.pop(section.key, None)
     return doc, listed.notes
+
+
+def _entries(
+    api_client: Any, section: Section, scope: list[str] | None, page_size: int, listed: Listed
+) -> list[Entry]:
+    """The section's entries, from the first of its kind's versions the cluster serves."""
+    from kubernetes.client.exceptions import ApiException
+
+    kinds = (section.kind, *section.older)
+    for i, kind in enumerate(kinds):
+        try:
+            return [
+                e
+                for obj in _objects(api_client, replace(section, kind=kind), scope, page_size)
+                if (e := section.entry(obj, listed)) is not None
+            ]
+        except ApiException as exc:
+            if exc.status != 404 or i == len(kinds) - 1:
+                raise
+    raise AssertionError("unreachable: a section has at least one kind")
 
 
 class _Dumper(yaml.SafeDumper):
