@@ -376,7 +376,7 @@ def test_typing_in_the_filter_shows_only_matching_objects(
     assert _visible_names(browser) == ["trainer"]
     assert _js(browser, "document.getElementById('shown').textContent") == "1 of 4 objects shown"
     box.clear()
-    box.send_keys("readiness")  # a finding's rule or message matches too
+    box.send_keys("memory-limit")  # a finding's rule or message matches too
     assert "trainer" in _visible_names(browser) and "web" not in _visible_names(browser)
     box.clear()
     box.send_keys("no-such-thing")
