@@ -318,6 +318,25 @@ def priority_class(plane: clustermod.ControlPlane, name: str, value: int, **extr
     plane.kubectl("apply", "-f", "-", stdin=json.dumps(obj))
 
 
+def exported_quotas(
+    plane: clustermod.ControlPlane, folder: Path, budgets: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The ResourceQuotas `gpu-admission export` writes for a rule file holding these budgets,
+    for the control plane's Kubernetes version."""
+    rules = folder / "rules"
+    rules.mkdir()
+    (rules / "team.yaml").write_text(yaml.safe_dump({"rules": {"gpu-quota": {"budgets": budgets}}}))
+    exported = subprocess.run(
+        [sys.executable, "-m", "webhook", "export", "--rules", str(rules),
+         "--kubernetes", plane.release.minor.removeprefix("v")],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    ).stdout  # fmt: skip
+    return [d for d in yaml.safe_load_all(exported) if d and d["kind"] == "ResourceQuota"]
+
+
 def kube_json(plane: clustermod.ControlPlane, *args: str) -> Any:
     return json.loads(plane.kubectl(*args, "-o", "json").stdout)
 

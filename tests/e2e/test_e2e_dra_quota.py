@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from e2e.support import ROOT, Installed, eventually, kube_json, post_review
+from e2e.support import Installed, eventually, exported_quotas, kube_json, post_review
 from webhook.facts.dra import MAX_ALLOCATION, claim_spec, device_key, devices_of
 
 
@@ -82,33 +80,8 @@ def _check(
     installed: Installed, namespace: str, tmp_path: Path, device_class: str, key: str
 ) -> None:
     plane = installed.plane
-    budget = {
-        "rules": {
-            "gpu-quota": {
-                "budgets": [{"name": "e2e-dra", "namespaces": [namespace], "limits": {key: 4}}]
-            }
-        }
-    }
-    rules = tmp_path / "rules"
-    rules.mkdir()
-    (rules / "team.yaml").write_text(yaml.safe_dump(budget))
-    exported = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "webhook",
-            "export",
-            "--rules",
-            str(rules),
-            "--kubernetes",
-            plane.release.minor.removeprefix("v"),
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-    ).stdout
-    quotas = [d for d in yaml.safe_load_all(exported) if d and d["kind"] == "ResourceQuota"]
+    budget = {"name": "e2e-dra", "namespaces": [namespace], "limits": {key: 4}}
+    quotas = exported_quotas(plane, tmp_path, [budget])
     assert len(quotas) == 1 and quotas[0]["spec"]["hard"] == {key: "4"}, quotas
     plane.kubectl("create", "-f", "-", stdin=yaml.safe_dump(quotas[0]))
     name = quotas[0]["metadata"]["name"]

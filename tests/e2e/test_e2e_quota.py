@@ -6,48 +6,19 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import yaml
 
-from e2e.support import ROOT, Installed, eventually, gpu_pod, kube_json, post_review
+from e2e.support import Installed, eventually, exported_quotas, gpu_pod, kube_json, post_review
 
 
 def test_the_exported_quota_refuses_what_the_webhook_explains_with_the_same_numbers(
     installed: Installed, namespace: str, tmp_path: Path
 ) -> None:
     plane = installed.plane
-    budget = {
-        "rules": {
-            "gpu-quota": {
-                "budgets": [
-                    {"name": "e2e-team", "namespaces": [namespace], "limits": {"nvidia.com/gpu": 4}}
-                ]
-            }
-        }
-    }
-    rules = tmp_path / "rules"
-    rules.mkdir()
-    (rules / "team.yaml").write_text(yaml.safe_dump(budget))
-    exported = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "webhook",
-            "export",
-            "--rules",
-            str(rules),
-            "--kubernetes",
-            plane.release.minor.removeprefix("v"),
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-    ).stdout
-    quotas = [d for d in yaml.safe_load_all(exported) if d and d["kind"] == "ResourceQuota"]
+    budget = {"name": "e2e-team", "namespaces": [namespace], "limits": {"nvidia.com/gpu": 4}}
+    quotas = exported_quotas(plane, tmp_path, [budget])
     assert len(quotas) == 1 and quotas[0]["metadata"]["namespace"] == namespace
     plane.kubectl("create", "-f", "-", stdin=yaml.safe_dump(quotas[0]))
     name = quotas[0]["metadata"]["name"]
