@@ -83,12 +83,8 @@ def synthetic_pod(i: int) -> dict[str, Any]:
     }
 
 
-def serve_fake(pods: int) -> None:
-    """Child process: a fake API server holding `pods` GPU pods, 500 nodes, 200 namespaces."""
-    from fake_apiserver import FakeApiServer
-
-    server = FakeApiServer(bookmark_interval=5)
-    server.start()
+def load_teams_and_nodes(server: Any) -> None:
+    """The cluster every cache benchmark starts from: 200 team namespaces, 500 H100 nodes."""
     server.load("namespaces", [{"metadata": {"name": f"team-{n}"}} for n in range(200)])
     server.load(
         "nodes",
@@ -100,6 +96,15 @@ def serve_fake(pods: int) -> None:
             for n in range(500)
         ],
     )
+
+
+def serve_fake(pods: int) -> None:
+    """Child process: a fake API server holding `pods` GPU pods, 500 nodes, 200 namespaces."""
+    from fake_apiserver import FakeApiServer
+
+    server = FakeApiServer(bookmark_interval=5)
+    server.start()
+    load_teams_and_nodes(server)
     server.load("priorityclasses", [{"metadata": {"name": "gpu-training"}, "value": 1000}])
     server.load("pods", [synthetic_pod(i) for i in range(pods)])
     print(server.port, flush=True)

@@ -97,21 +97,12 @@ def cluster_queue(i: int) -> dict[str, Any]:
 
 def serve_fake(queues: int) -> None:
     """Child process: a fake API server holding `queues` of each queue kind."""
+    from cache import load_teams_and_nodes
     from fake_apiserver import FakeApiServer
 
     server = FakeApiServer(bookmark_interval=5)
     server.start()
-    server.load("namespaces", [{"metadata": {"name": f"team-{n}"}} for n in range(200)])
-    server.load(
-        "nodes",
-        [
-            {
-                "metadata": {"name": f"h100-{n}", "labels": {"nvidia.com/gpu.product": "H100"}},
-                "status": {"allocatable": {"nvidia.com/gpu": "8"}},
-            }
-            for n in range(500)
-        ],
-    )
+    load_teams_and_nodes(server)
     if queues == 0:
         server.missing.update({"localqueues", "clusterqueues", "resourceflavors", "queues"})
     else:
