@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
-import shutil
 from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import pytest
+from browser import headless_chromium
 from conftest import ROOT, SNAPSHOT
 
 from webhook.audit.html import (
@@ -248,36 +247,9 @@ def test_hostile_names_never_reach_the_page_as_markup(
 # ---- the page, in headless Chromium --------------------------------------------------------
 
 
-def _browser_missing() -> str | None:
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        return "selenium is not installed (make test installs the test extra)"
-    for exe in ("chromium", "chromedriver"):
-        if shutil.which(exe) is None:
-            return (
-                f"{exe} is not on PATH: run `make test-packages` (scripts/install-test-packages.sh)"
-            )
-    return None
-
-
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    reason = _browser_missing()
-    if reason is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the browser tests, but {reason}")
-        pytest.skip(reason)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(shutil.which("chromium"))
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
-        options.add_argument(arg)
-    options.add_argument("--window-size=1280,1000")
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service(str(shutil.which("chromedriver"))))
+    driver = headless_chromium(1280, 1000, console=True)
     try:
         yield driver
     finally:

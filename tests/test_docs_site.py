@@ -6,9 +6,7 @@ without scrolling) catching what it is for."""
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +15,7 @@ from types import ModuleType
 import markdown
 import pytest
 import yaml
+from browser import headless_chromium
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -177,34 +176,10 @@ def test_the_stylesheet_widens_the_grid_the_width_was_measured_with() -> None:
 # --- in a browser -------------------------------------------------------------------------------
 
 
-def _browser_missing() -> str | None:
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        return "selenium is not installed (make test installs the test extra)"
-    for exe in ("chromium", "chromedriver"):
-        if shutil.which(exe) is None:
-            return f"{exe} is not on PATH: run `make test-packages`"
-    return None
-
-
 def test_no_code_block_scrolls_sideways_in_a_1440_pixel_window(site: Path) -> None:
     """What CODE_WIDTH stands for, seen in Chromium: on every page of the built site, every
     code block shows its longest line whole next to both sidebars."""
-    reason = _browser_missing()
-    if reason is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the browser tests, but {reason}")
-        pytest.skip(reason)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(shutil.which("chromium"))
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
-        options.add_argument(arg)
-    options.add_argument("--window-size=1440,900")
-    driver = webdriver.Chrome(options=options, service=Service(str(shutil.which("chromedriver"))))
+    driver = headless_chromium(1440, 900)
     measure = """
         return [...document.querySelectorAll('pre > code')].map(c => [
             Math.max(...c.textContent.split('\\n').map(l => l.length)),
