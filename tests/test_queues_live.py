@@ -89,6 +89,8 @@ def test_queues_are_listed_then_followed_by_the_watch(server: FakeApiServer) -> 
         assert live.wait_synced(10)
         eventually(lambda: (q := queues_of(live)) is not None and q.local_queues is not None)
         eventually(lambda: queues_of(live).cluster_queues is not None)  # type: ignore[union-attr]
+        # each kind has its own watch: KAI's queues may arrive after Kueue's
+        eventually(lambda: queues_of(live).kai_leaves() == ["q"])  # type: ignore[union-attr]
         facts = queues_of(live)
         assert facts is not None
         assert facts.local_queues == {"user-queue": "team-a-cq"}
