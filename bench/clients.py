@@ -269,6 +269,18 @@ def run_client_worker() -> int:
     import uvloop
 
     spec = orjson.loads(sys.stdin.buffer.readline())
+    if spec["client"] == "wrk":
+        from wrkclient import drive_wrk
+
+        sys.stdout.write("ready\n")
+        sys.stdout.flush()
+        go = sys.stdin.buffer.readline().split()
+        if not go or go[0] != b"go":
+            return 1
+        result = drive_wrk(spec, float(go[1]), float(go[2]))
+        sys.stdout.buffer.write(orjson.dumps(result) + b"\n")
+        sys.stdout.flush()
+        return 0
     import aiohttp  # noqa: F401 - imported before "ready" so its import time is not measured
 
     sys.stdout.write("ready\n")

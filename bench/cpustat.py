@@ -26,6 +26,19 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (a client worker's wrk), from /proc/<pid>/task/*/children."""
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        for task in Path(f"/proc/{todo.pop()}/task").glob("*"):
+            with contextlib.suppress(OSError, ValueError):
+                kids = [int(k) for k in (task / "children").read_text().split()]
+                out += kids
+                todo += kids
+    return out
+
+
 def core_ticks() -> dict[int, list[int]]:
     """Jiffies of CORES from /proc/stat: user nice system idle iowait irq softirq steal."""
     out: dict[int, list[int]] = {}
@@ -58,6 +71,12 @@ class CpuSnapshot:
             return 0.0
         return 100 * (later.procs[pid] - self.procs[pid]) / (later.at - self.at)
 
+    def used_below(self, later: CpuSnapshot, pids: list[int]) -> float:
+        """% of one core that `pids` used, a process first seen in `later` (born in between)
+        counted from zero."""
+        used = sum(later.procs[p] - self.procs.get(p, 0.0) for p in pids if p in later.procs)
+        return 100 * used / (later.at - self.at)
+
     def other(self, later: CpuSnapshot) -> float:
         """% of one core used on CORES by processes not in `procs` (ours), softirq excluded.
 
@@ -67,7 +86,7 @@ class CpuSnapshot:
         ticks = sum(
             sum(later.cores[c][:3]) - sum(self.cores[c][:3]) for c in self.cores if c in later.cores
         )
-        ours = sum(later.procs[p] - self.procs[p] for p in self.procs if p in later.procs)
+        ours = sum(later.procs[p] - self.procs.get(p, 0.0) for p in later.procs)
         return max(0.0, 100 * (ticks / CLK_TCK - ours) / (later.at - self.at))
 
     def cores_usage(self, later: CpuSnapshot) -> dict[int, tuple[float, float, float]]:

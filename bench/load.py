@@ -44,7 +44,7 @@ if str(HERE) not in sys.path:
 
 from children import Processes, free_port, read_line, tail, wait_healthy  # noqa: E402
 from clients import REQUEST_TIMEOUT, get_json, post_once, run_client_worker  # noqa: E402
-from cpustat import CLIENT_CORE, SERVER_CORE, CpuSnapshot, rss_mb, wait_quiet  # noqa: E402
+from cpustat import CLIENT_CORE, SERVER_CORE, CpuSnapshot, descendants, rss_mb, wait_quiet  # noqa: E402
 from floor import run_floor_server  # noqa: E402
 from report import (  # noqa: E402
     Result,
@@ -66,6 +66,7 @@ from reviews import (  # noqa: E402
     gpu_pod,
     review,
 )
+from wrkclient import wrk_path  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -97,7 +98,9 @@ class Bench:
         stages_before = get_json(port, self.ca, "/debug/stages") if profiled else None
         if self.args.settle > 0:
             wait_quiet([p.pid for p in self.procs.procs] + [os.getpid()], self.args.settle)
-        nclients = min(self.args.clients, concurrency)
+        # wrk is one process whatever --clients says: its threads are the clients.
+        wrk = self.args.client == "wrk"
+        nclients = 1 if wrk else min(self.args.clients, concurrency)
         shares = [concurrency // nclients + (i < concurrency % nclients) for i in range(nclients)]
         clients = []
         for share in shares:
@@ -113,6 +116,7 @@ class Bench:
                 "max_requests": self.args.max_requests // nclients,
                 "tag": self.tag,
                 "rate": rate * share / concurrency if rate else None,
+                "threads": self.args.clients,
             }
             proc = self.procs.start(
                 [sys.executable, str(Path(__file__).resolve()), "--client-worker"],
@@ -129,7 +133,8 @@ class Bench:
                 assert proc.stdout is not None
                 if read_line(proc.stdout, 30).strip() != b"ready":
                     raise RuntimeError("load client failed to start")
-            t_start = time.monotonic() + self.args.warmup
+            # wrk runs whole seconds, its warm-up included: a little slack before the window.
+            t_start = time.monotonic() + self.args.warmup + (0.5 if wrk else 0.0)
             t_end = t_start + self.args.duration
             for proc in clients:
                 assert proc.stdin is not None
@@ -138,9 +143,12 @@ class Bench:
             ours = [server.pid, *(p.pid for p in clients)]
             ours += [p.pid for p in self.procs.procs if p.pid not in ours] + [os.getpid()]
             time.sleep(max(0.0, t_start - time.monotonic()))
-            before = CpuSnapshot.take(ours)
+            # The clients' own children too (wrk runs below its worker).
+            kids = [k for p in clients for k in descendants(p.pid)]
+            before = CpuSnapshot.take(ours + kids)
             time.sleep(max(0.0, t_end - time.monotonic()))
-            after = CpuSnapshot.take(ours)
+            kids = [k for p in clients for k in descendants(p.pid)]
+            after = CpuSnapshot.take(ours + kids)
             outs = []
             for proc in clients:
                 assert proc.stdout is not None
@@ -151,7 +159,10 @@ class Bench:
         finally:
             for proc in clients:
                 self.procs.stop(proc)
-        lat = sorted(x for o in outs for x in o["latencies_us"])
+        lat = sorted(x for o in outs for x in o.get("latencies_us", ()))
+        p50, p99 = percentile(lat, 0.50), percentile(lat, 0.99)
+        if wrk:  # one wrk process: its own percentiles
+            p50, p99 = outs[0]["p50_us"] / 1000, outs[0]["p99_us"] / 1000
         window = min(t_end, max(o["finished"] for o in outs)) - t_start
         stages = None
         if stages_before is not None:
@@ -168,12 +179,12 @@ class Bench:
             endpoint=endpoint,
             concurrency=concurrency,
             rps=sum(o["ok"] for o in outs) / window if window > 0 else 0.0,
-            p50_ms=percentile(lat, 0.50),
-            p99_ms=percentile(lat, 0.99),
+            p50_ms=p50,
+            p99_ms=p99,
             errors=sum(o["errors"] for o in outs),
             rss_mb=rss_mb(server.pid),
             server_cpu=before.used(after, server.pid),
-            client_cpu=sum(before.used(after, p.pid) for p in clients),
+            client_cpu=before.used_below(after, [p.pid for p in clients] + kids),
             other_cpu=before.other(after),
             cores=before.cores_usage(after),
             samples=[s for o in outs for s in o["samples"]],
@@ -423,10 +434,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--client",
-        choices=["aiohttp", "raw"],
-        default="raw",
-        help="a minimal HTTP/1.1 keep-alive client (default; the aiohttp client cannot saturate "
-        "the floor on one core) or an aiohttp ClientSession",
+        choices=["wrk", "raw", "aiohttp"],
+        help="wrk, an independent C client (the default where installed: `make bench` installs "
+        "it), our minimal HTTP/1.1 keep-alive client (the default without wrk), or an aiohttp "
+        "ClientSession (it cannot saturate the floor on one core); wrk runs --clients threads "
+        "in one process",
     )
     p.add_argument(
         "--settle",
@@ -464,6 +476,13 @@ def main(argv: list[str] | None = None) -> int:
         return run_client_worker()
     if args.duration is None:
         args.duration = 3.0 if args.quick else 10.0
+    if args.client is None:
+        args.client = "wrk" if wrk_path() else "raw"
+        if args.client == "raw":
+            print("note: wrk is not installed (`make bench` installs it); using --client raw")
+    if args.client == "wrk" and args.open_loop:
+        print("--open-loop needs a client that keeps a fixed arrival rate: add --client raw")
+        return 2
     signal.signal(signal.SIGTERM, _sigterm)
     return run_bench(args)
 
