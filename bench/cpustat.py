@@ -12,6 +12,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 SERVER_CORE = 0
 CLIENT_CORE = 1
@@ -64,6 +65,16 @@ class CpuSnapshot:
             with contextlib.suppress(OSError, ValueError, IndexError):
                 procs[pid] = cpu_seconds(pid)
         return cls(time.monotonic(), procs, core_ticks())
+
+    def to_json(self) -> dict[str, Any]:
+        procs = {str(p): s for p, s in self.procs.items()}
+        return {"at": self.at, "procs": procs, "cores": {str(c): t for c, t in self.cores.items()}}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> CpuSnapshot:
+        """A snapshot a client worker took (its keys came back as strings)."""
+        procs = {int(p): float(s) for p, s in doc["procs"].items()}
+        return cls(float(doc["at"]), procs, {int(c): t for c, t in doc["cores"].items()})
 
     def used(self, later: CpuSnapshot, pid: int) -> float:
         """% of one core that `pid` used between the two snapshots."""

@@ -117,6 +117,8 @@ class Bench:
                 "tag": self.tag,
                 "rate": rate * share / concurrency if rate else None,
                 "threads": self.args.clients,
+                # wrk's worker brackets its run with CPU snapshots of these (and itself).
+                "watch": [server.pid, *(p.pid for p in self.procs.procs), os.getpid()],
             }
             proc = self.procs.start(
                 [sys.executable, str(Path(__file__).resolve()), "--client-worker"],
@@ -159,6 +161,10 @@ class Bench:
         finally:
             for proc in clients:
                 self.procs.stop(proc)
+        if wrk:  # the worker's snapshots, around wrk's own run (see wrkclient.drive_wrk)
+            before, after = (CpuSnapshot.from_json(doc) for doc in outs[0]["cpu"])
+            kids = [outs[0]["client_pid"]]
+            t_start, t_end = before.at, after.at
         lat = sorted(x for o in outs for x in o.get("latencies_us", ()))
         p50, p99 = percentile(lat, 0.50), percentile(lat, 0.99)
         if wrk:  # one wrk process: its own percentiles

@@ -10,6 +10,7 @@ prints wrk's totals and latency percentiles as one JSON line when done.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tempfile
@@ -66,28 +67,36 @@ def wrk_path() -> str | None:
 
 def _wrk(
     args: list[str], url: str, files: tuple[Path, str, int, Path], seconds: int
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], int, float]:
+    """One wrk run: its totals, its pid and the CPU seconds it used (from its rusage)."""
     body, path, tag, headers = files
     cmd = ["wrk", *args, "-d", f"{seconds}s", "-s", str(files[0].parent / "review.lua"), url]
     cmd += ["--", str(body), path, str(tag), str(headers)]
-    out = subprocess.run(cmd, capture_output=True, timeout=seconds + 30, check=False)
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith(b"{")]
-    if out.returncode != 0 or not lines:
-        raise RuntimeError(f"wrk failed ({out.returncode}): {out.stderr.decode()[-500:]}")
+    out_path, err_path = body.parent / "wrk.out", body.parent / "wrk.err"
+    with out_path.open("wb") as out, err_path.open("wb") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err)
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    lines = [ln for ln in out_path.read_bytes().splitlines() if ln.startswith(b"{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"wrk failed ({proc.returncode}): {err_path.read_text()[-500:]}")
     result: dict[str, Any] = orjson.loads(lines[-1])
-    return result
+    return result, proc.pid, usage.ru_utime + usage.ru_stime
 
 
 def drive_wrk(spec: dict[str, Any], t_start: float, t_end: float) -> dict[str, Any]:
     """A warm-up run now, then the measured run from `t_start` for the window's whole
-    seconds; the result in the shape of the other clients' (with percentiles instead of
-    every latency, which wrk keeps to itself)."""
+    seconds; the result in the shape of the other clients', with wrk's percentiles (it keeps
+    every latency to itself) and the CPU snapshots that bracket the measured run: taken here,
+    around wrk's own life, they hold exactly the requests counted however late it started."""
     from clients import APISERVER_HEADERS
+    from cpustat import CpuSnapshot
 
     threads = max(1, int(spec.get("threads", 1)))
     concurrency = max(threads, int(spec["concurrency"]))
     args = ["-t", str(threads), "-c", str(concurrency), "--timeout", "10s"]
     url = f"https://127.0.0.1:{spec['port']}{spec['path']}"
+    watch = [int(p) for p in spec.get("watch", ())] + [os.getpid()]
     with tempfile.TemporaryDirectory(prefix="gpu-admission-wrk-") as tmp_s:
         tmp = Path(tmp_s)
         (tmp / "review.lua").write_text(_SCRIPT)
@@ -99,16 +108,20 @@ def drive_wrk(spec: dict[str, Any], t_start: float, t_end: float) -> dict[str, A
         if warmup >= 1:
             _wrk(args, url, files, warmup)
         time.sleep(max(0.0, t_start - time.monotonic()))
-        seconds = max(1, round(t_end - t_start))
-        begun = time.monotonic()
-        got = _wrk(args, url, files, seconds)
+        before = CpuSnapshot.take(watch)
+        got, pid, seconds_used = _wrk(args, url, files, max(1, round(t_end - t_start)))
+        after = CpuSnapshot.take(watch)
+    # wrk itself, born after `before` and gone before `after`: its rusage is its CPU.
+    before.procs[pid], after.procs[pid] = 0.0, seconds_used
     failed = got["status_errors"] + got["socket_errors"]
     return {
         "ok": got["requests"] - got["status_errors"],
         "errors": failed,
         "issued": got["requests"],
-        "finished": begun + got["duration_us"] / 1e6,
+        "finished": after.at,
         "samples": [{"kind": "wrk", **got}] if failed else [],
         "p50_us": got["p50_us"],
         "p99_us": got["p99_us"],
+        "client_pid": pid,
+        "cpu": [snap.to_json() for snap in (before, after)],
     }
