@@ -128,7 +128,7 @@ def test_the_reader_agrees_with_safe_load_on_values_and_lines(tmp_path: Path) ->
     assert loaded.lines[("gpuResources", 1)] == (where, 3, 34, 3, 34)
     assert loaded.lines[("overrides", 0, "rules", "gpu-shm", "maxSize")] == (where, 12, 23, 12, 32)
     assert str(loaded.lines[("overrides", 0)]) == f"{where}:10:5"
-    assert [d for d, _, _ in files._documents(text, "x")] == list(yaml.safe_load_all(text))
+    assert [d for d, _, _ in files.documents(text, "x")] == list(yaml.safe_load_all(text))
 
 
 # --- finding a namespace's overrides ----------------------------------------------------------
@@ -254,14 +254,14 @@ def test_layering_files_reads_each_line_entry_a_bounded_number_of_times(
     number of times, never once per list item (two files of 24k exempt namespaces took 35 s
     in `rules check`)."""
     entries: list[int] = []
-    real = files._documents
+    real = files.documents
 
     def counted(text: str, where: str) -> Any:
         for doc, at, lines in real(text, where):
             entries.append(len(lines))
             yield doc, at, _CountingLines(lines)
 
-    monkeypatch.setattr(files, "_documents", counted)
+    monkeypatch.setattr(files, "documents", counted)
     first, second = texts(2_000)
     folder = _folder(tmp_path, **{"a.yaml": first, "b.yaml": second})
     _CountingLines.visits = 0

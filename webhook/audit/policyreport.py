@@ -32,6 +32,71 @@ def _place(location: Location | dict[str, Any] | None) -> dict[str, str]:
     return {k: str(v) for k, v in where.items()}
 
 
+def _input_error(item: InputError, stamp: dict[str, int]) -> dict[str, Any]:
+    """An `error` result for input that could not be read: it belongs to no namespace."""
+    return {
+        "source": "gpu-admission",
+        "policy": "gpu-admission",
+        "rule": "input",
+        "timestamp": dict(stamp),
+        "result": "error",
+        "scored": False,
+        "message": item.message,
+        "properties": {"source": item.source, **_place(item.location)},
+    }
+
+
+def _results(
+    item: AuditResult, active: list[str], unchecked: list[str], stamp: dict[str, int]
+) -> list[dict[str, Any]]:
+    """One object's results: one per finding, then `pass` for each active rule that found
+    nothing (`skip` for one that could not run), so a dashboard shows compliance."""
+    subject = {
+        "apiVersion": item.api_version,
+        "kind": item.kind,
+        "name": item.name,
+        "namespace": item.namespace,
+    }
+    out = []
+    fired = set()
+    for f in item.findings():
+        fired.add(f["rule"])
+        out.append(
+            {
+                "source": "gpu-admission",
+                "policy": "gpu-admission",
+                "rule": f["rule"],
+                "category": "GPU workloads",
+                "severity": _SEVERITY[f["mode"]],
+                "timestamp": dict(stamp),
+                "result": _RESULT[f["mode"]],
+                "scored": True,
+                "resources": [dict(subject)],
+                "message": f["message"],
+                "properties": {
+                    "mode": f["mode"],
+                    "path": f["path"],
+                    "source": item.source,
+                    **_place(f["location"]),
+                },
+            }
+        )
+    out += [
+        {
+            "source": "gpu-admission",
+            "policy": "gpu-admission",
+            "rule": rule,
+            "timestamp": dict(stamp),
+            "result": "skip" if rule in unchecked else "pass",
+            "scored": True,
+            "resources": [dict(subject)],
+        }
+        for rule in active
+        if rule not in fired
+    ]
+    return out
+
+
 def policy_reports(
     items: Iterable[Item],
     active: Iterable[str],
@@ -53,64 +118,12 @@ def policy_reports(
     errors: list[dict[str, Any]] = []
     for item in items:
         if isinstance(item, InputError):
-            errors.append(
-                {
-                    "source": "gpu-admission",
-                    "policy": "gpu-admission",
-                    "rule": "input",
-                    "timestamp": dict(stamp),
-                    "result": "error",
-                    "scored": False,
-                    "message": item.message,
-                    "properties": {"source": item.source, **_place(item.location)},
-                }
-            )
-            continue
-        if not isinstance(item, AuditResult):
-            continue
-        counts[item.namespace].add(item)
-        subject = {
-            "apiVersion": item.api_version,
-            "kind": item.kind,
-            "name": item.name,
-            "namespace": item.namespace,
-        }
-        fired = set()
-        for f in item.findings():
-            fired.add(f["rule"])
-            by_ns[item.namespace].append(
-                {
-                    "source": "gpu-admission",
-                    "policy": "gpu-admission",
-                    "rule": f["rule"],
-                    "category": "GPU workloads",
-                    "severity": _SEVERITY[f["mode"]],
-                    "timestamp": dict(stamp),
-                    "result": _RESULT[f["mode"]],
-                    "scored": True,
-                    "resources": [dict(subject)],
-                    "message": f["message"],
-                    "properties": {
-                        "mode": f["mode"],
-                        "path": f["path"],
-                        "source": item.source,
-                        **_place(f["location"]),
-                    },
-                }
-            )
-        for rule in active:
-            if rule not in fired:
-                by_ns[item.namespace].append(
-                    {
-                        "source": "gpu-admission",
-                        "policy": "gpu-admission",
-                        "rule": rule,
-                        "timestamp": dict(stamp),
-                        "result": "skip" if rule in unchecked else "pass",
-                        "scored": True,
-                        "resources": [dict(subject)],
-                    }
-                )
+            errors.append(_input_error(item, stamp))
+        elif isinstance(item, AuditResult):
+            counts[item.namespace].add(item)
+            results = _results(item, active, unchecked, stamp)
+            if results:  # a namespace with no result has no report
+                by_ns[item.namespace] += results
     reports = [
         _report(
             "PolicyReport",

@@ -10,7 +10,7 @@ notifications of the invocation, which is unsuccessful when any input could not 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from importlib import metadata
 from pathlib import Path
 from typing import Any, TextIO
@@ -85,6 +85,64 @@ def _descriptor(rule: str) -> dict[str, Any]:
     }
 
 
+def _input_note(item: InputError, artifacts: _Artifacts) -> dict[str, Any]:
+    """A file or document that could not be read: an error notification of the run (not a
+    result: no rule judged it), placed at the document, else the file, when known."""
+    note: dict[str, Any] = {
+        "level": "error",
+        "message": {"text": f"{item.source}: {item.message}"},
+        "descriptor": {"id": "input-error"},
+    }
+    file = item.source.split("#", 1)[0]
+    if item.location is not None:
+        note["locations"] = [{"physicalLocation": _physical(artifacts, item.location)}]
+    elif file:
+        whole = {"artifactLocation": artifacts.location(file)}
+        note["locations"] = [{"physicalLocation": whole}]
+    return note
+
+
+def _skipped_note(item: Skipped, artifacts: _Artifacts) -> dict[str, Any]:
+    """A document of a kind that holds no pod template (`--verbose` lists them): a note."""
+    skipped: dict[str, Any] = {
+        "level": "note",
+        "message": {"text": f"{item.kind} ({item.source}) holds no pod template"},
+        "descriptor": {"id": "skipped-kind"},
+    }
+    if item.location is not None:
+        skipped["locations"] = [{"physicalLocation": _physical(artifacts, item.location)}]
+    return skipped
+
+
+def _results(
+    item: AuditResult, artifacts: _Artifacts, rule_index: Callable[[str], int]
+) -> list[dict[str, Any]]:
+    """One result per finding of a judged object, at the field's line when known, and named
+    by the object (kind/namespace/name) for viewers that group by logical location."""
+    logical = {
+        "name": item.name,
+        "fullyQualifiedName": f"{item.kind}/{item.namespace}/{item.name}",
+        "kind": "object",
+    }
+    out = []
+    for f in item.findings():
+        place: dict[str, Any] = {}
+        if f["location"] is not None:
+            place["physicalLocation"] = _physical(artifacts, f["location"])
+        place["logicalLocations"] = [logical]
+        out.append(
+            {
+                "ruleId": f["rule"],
+                "ruleIndex": rule_index(f["rule"]),
+                "level": LEVELS[f["verdict"]],
+                "message": {"text": f["message"]},
+                "locations": [place],
+                "properties": {"mode": f["mode"], "path": f["path"], "source": item.source},
+            }
+        )
+    return out
+
+
 def sarif_log(
     items: Iterable[Item],
     tallies: Tallies,
@@ -114,51 +172,12 @@ def sarif_log(
     notes: list[dict[str, Any]] = []
     for item in items:
         if isinstance(item, InputError):
-            note: dict[str, Any] = {
-                "level": "error",
-                "message": {"text": f"{item.source}: {item.message}"},
-                "descriptor": {"id": "input-error"},
-            }
-            file = item.source.split("#", 1)[0]
-            if item.location is not None:
-                note["locations"] = [{"physicalLocation": _physical(artifacts, item.location)}]
-            elif file:
-                whole = {"artifactLocation": artifacts.location(file)}
-                note["locations"] = [{"physicalLocation": whole}]
-            notes.append(note)
-            continue
-        if isinstance(item, Skipped):
+            notes.append(_input_note(item, artifacts))
+        elif isinstance(item, Skipped):
             if verbose:
-                skipped: dict[str, Any] = {
-                    "level": "note",
-                    "message": {"text": f"{item.kind} ({item.source}) holds no pod template"},
-                    "descriptor": {"id": "skipped-kind"},
-                }
-                if item.location is not None:
-                    at = _physical(artifacts, item.location)
-                    skipped["locations"] = [{"physicalLocation": at}]
-                notes.append(skipped)
-            continue
-        logical = {
-            "name": item.name,
-            "fullyQualifiedName": f"{item.kind}/{item.namespace}/{item.name}",
-            "kind": "object",
-        }
-        for f in item.findings():
-            place: dict[str, Any] = {}
-            if f["location"] is not None:
-                place["physicalLocation"] = _physical(artifacts, f["location"])
-            place["logicalLocations"] = [logical]
-            results.append(
-                {
-                    "ruleId": f["rule"],
-                    "ruleIndex": rule_index(f["rule"]),
-                    "level": LEVELS[f["verdict"]],
-                    "message": {"text": f["message"]},
-                    "locations": [place],
-                    "properties": {"mode": f["mode"], "path": f["path"], "source": item.source},
-                }
-            )
+                notes.append(_skipped_note(item, artifacts))
+        else:
+            results += _results(item, artifacts, rule_index)
     total = tallies.total
     invocation: dict[str, Any] = {
         "executionSuccessful": total.errors == 0,

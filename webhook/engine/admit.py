@@ -24,7 +24,7 @@ from webhook.engine.reach import untainted_gpu_nodes
 from webhook.engine.subject import Subject, subject_for
 from webhook.engine.workloads import WorkloadTable
 from webhook.facts.dra import DraFacts
-from webhook.facts.model import FactsSource, with_dra
+from webhook.facts.model import FactsSource
 
 __all__ = [
     "FAST",
@@ -95,6 +95,37 @@ class Request:
         self.fallback_namespace = fallback_namespace
         self.user = user
 
+    @classmethod
+    def reviewed(
+        cls,
+        *,
+        group: str,
+        kind: str,
+        operation: str,
+        namespace: str,
+        subresource: str,
+        raw: bytes | None,
+        raw_old: bytes | None,
+        user: str,
+    ) -> Request:
+        """The request an AdmissionReview carries, its objects left as the JSON bytes the
+        apiserver sent (the old one read on UPDATE only): what the webhook asks on every
+        review. Built positionally here, so no caller depends on the field order."""
+        return cls(
+            group,
+            kind,
+            operation,
+            namespace,
+            subresource,
+            None,
+            None,
+            raw,
+            raw_old if operation == "UPDATE" else None,
+            None,
+            "default",
+            user,
+        )
+
 
 @dataclass(slots=True)
 class Skipped:
@@ -114,7 +145,7 @@ FAST = Fast()
 @dataclass(slots=True, init=False)
 class Decided:
     """The engine's decision; the subject it judged (None: the object is not readable JSON).
-    Its __init__ is written out: compiled, a generated one runs as interpreted Python."""
+    A compiled value ("Compiled values", docs/development.md)."""
 
     decision: Decision
     subject: Subject | None
@@ -219,23 +250,22 @@ def admit(
         obj,
         group=group,
         kind=kind,
-        namespace=request.namespace if scoped else "",
-        fallback_namespace=request.fallback_namespace if scoped else "",
+        namespace=request.namespace,
+        fallback_namespace=request.fallback_namespace,
         operation=request.operation,
         old_obj=old,
         namespace_labels=request.namespace_labels,
         subresource=request.subresource,
         user=request.user,
+        scoped=scoped,
     )
-    if not scoped and subject.namespace:
-        subject.namespace = ""
     lap("decode")
     found = facts.facts_for(subject.namespace) if facts is not None else None
     laid: DraFacts | None = None
     if dra is not None:
         laid = dra(subject.namespace, found.dra if found is not None else None)
         if found is not None:
-            found = with_dra(found, laid)
+            found = found.with_dra(laid)
     lap("facts")
     decision = evaluate(subject, rules, found, stage=stage, dra=laid)
     lap("engine")

@@ -96,6 +96,12 @@ class Context:
         operation: str = "CREATE",
         facts: Facts | None = None,
         dra: DraFacts | None = None,
+        workload: tuple[str, str] | None = None,
+        suspended: bool = False,
+        queue_meta: QueueMeta | None = None,
+        totals: Totals | None = None,
+        gpu_specs: tuple[Mapping[str, Any], ...] = (),
+        deadline: tuple[str, object] | None = None,
     ) -> None:
         self.rules = rules  # the rules in force for the namespace (overrides applied)
         self.namespace = namespace
@@ -105,24 +111,48 @@ class Context:
         # The DRA objects claims are resolved against: the facts', or (an audit without
         # cluster facts) those found in the audited files alone.
         self.dra = dra if dra is not None or facts is None else facts.dra
-        # A controller's GPU asks, all its pods at once (set before validation); None for a
-        # pod, or a controller asking no GPU.
-        self.totals: Totals | None = None
-        # (kind, name) of the DaemonSet the object is or names as its controller (set before
-        # validation): a node agent's denial advises exempting that DaemonSet.
-        self.workload: tuple[str, str] | None = None
-        # Where a batch queue reads the object's queue name (gpu-queue's
-        # `queue.queue_metadata`); None: no queue takes the object as such.
-        self.queue_meta: QueueMeta | None = None
-        # The pod specs of the object's templates that ask for GPUs (set with `totals`): where
-        # its pods may run, for gpu-queue's flavors. Empty for a pod: its own view has it.
-        self.gpu_specs: tuple[Mapping[str, Any], ...] = ()
+        # (kind, name) of the DaemonSet the object is or names as its controller: a node
+        # agent's denial advises exempting that DaemonSet.
+        self.workload = workload
         # The object's suspend field is true (a Job Kueue queues): its pods are held back, so
         # it takes nothing of a GPU budget now; it is judged when it is released.
-        self.suspended = False
-        # (dotted path, value) of the object's activeDeadlineSeconds for kinds that have one
-        # (gpu-spend); None for other kinds, a value of None when it is unset.
-        self.deadline: tuple[str, object] | None = None
+        self.suspended = suspended
+        # Where a batch queue reads the object's queue name (gpu-queue's
+        # `queue.queue_metadata`); None: no queue takes the object as such.
+        self.queue_meta = queue_meta
+        # What the validations read of the whole object (`judging`), unknown while mutating:
+        # a controller's GPU asks, all its pods at once (None for a pod, or a controller
+        # asking no GPU); the pod specs of its templates that ask for GPUs, where its pods may
+        # run, for gpu-queue's flavors (empty for a pod: its own view has it); and the
+        # (dotted path, value) of its activeDeadlineSeconds for kinds that have one
+        # (gpu-spend; None for other kinds, a value of None when it is unset).
+        self.totals = totals
+        self.gpu_specs = gpu_specs
+        self.deadline = deadline
+
+    def judging(
+        self,
+        queue_meta: QueueMeta | None,
+        totals: Totals | None,
+        gpu_specs: tuple[Mapping[str, Any], ...],
+        deadline: tuple[str, object] | None,
+    ) -> Context:
+        """The context for the validations: this one with what they read of the whole object
+        as it will be stored (mutations applied), a new value."""
+        return Context(
+            self.rules,
+            self.namespace,
+            self.kind,
+            self.operation,
+            self.facts,
+            self.dra,
+            self.workload,
+            self.suspended,
+            queue_meta,
+            totals,
+            gpu_specs,
+            deadline,
+        )
 
     @property
     def settings(self) -> RuleSettings:

@@ -65,7 +65,8 @@ _VERDICT = {Mode.ENFORCE: Verdict.DENY, Mode.WARN: Verdict.WARN, Mode.AUDIT: Ver
 _STRENGTH = {Verdict.DENY: 0, Verdict.WARN: 1, Verdict.AUDIT: 2}
 
 
-@dataclass(slots=True, init=False, unsafe_hash=True)  # not frozen: see Finding
+# A compiled value: never edited once built ("Compiled values", docs/development.md).
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class Judged:
     """A finding with the mode it was judged in: enforce denies, warn and audit only report."""
 
@@ -93,10 +94,7 @@ class Unreadable:
         return f"cannot read the {self.kind}: {self.path}: {self.problem}"
 
 
-# Not frozen (a frozen dataclass pays object.__setattr__ per field on every review); never
-# edited after it is built all the same.
-# __init__ written out (init=False): compiled, the one `dataclass` generates runs as
-# interpreted Python, several times the cost of a native one, and this is built every review.
+# A compiled value: never edited once built ("Compiled values", docs/development.md).
 @dataclass(slots=True, init=False)
 class Decision:
     """Everything decided about one object. Built by `combine`; never changed afterwards."""

@@ -10,10 +10,8 @@ __all__ = ["WARNING_LIMIT", "Finding"]
 WARNING_LIMIT = 120
 
 
-# Not frozen and its __init__ written out: compiled, a frozen dataclass sets each field through
-# object.__setattr__ in an interpreted __init__, several times the cost of a native one, paid
-# by every finding (a denial storm builds them by the thousand). Never edited after it is
-# built all the same; hashable like a frozen one.
+# A compiled value: never edited once built ("Compiled values", docs/development.md), and
+# hashable like a frozen one. A denial storm builds findings by the thousand.
 @dataclass(slots=True, init=False, unsafe_hash=True)
 class Finding:
     """A rule's complaint about one field.

@@ -83,13 +83,22 @@ def _evaluate(
         return _config_map(subject, rules, labels)
     compiled, views, released = _scope(subject, rules, labels)
     views = claims.resolve(views, compiled, dra)  # DRA claims that reach GPU classes
-    ctx = Context(compiled, subject.namespace, subject.kind, subject.operation, facts, dra)
-    ctx.workload = exempt.workload_of(subject)  # what a node agent's denial advises exempting
     workload = rules.workloads.get(subject.group, subject.kind)
-    ctx.suspended = workload is not None and workload.suspended(subject.obj)
     runtime = workload is not None and workload.runtime
+    meta = None
     if compiled.queue_active:  # where its queue name is: only gpu-queue reads it
-        ctx.queue_meta = queue_metadata(subject.group, subject.kind, subject.obj, runtime)
+        meta = queue_metadata(subject.group, subject.kind, subject.obj, runtime)
+    ctx = Context(
+        compiled,
+        subject.namespace,
+        subject.kind,
+        subject.operation,
+        facts,
+        dra,
+        exempt.workload_of(subject),  # what a node agent's denial advises exempting
+        workload is not None and workload.suspended(subject.obj),
+        meta,
+    )
     patch: list[dict[str, Any]] = []
     mutated_by: list[str] = []
     if stage is not Stage.VALIDATE:
@@ -122,13 +131,15 @@ def _evaluate(
         obj = jsonpatch.JsonPatch(patch).apply(clone(obj), in_place=True)
         subject = dataclasses.replace(subject, obj=obj)
         if compiled.queue_active:
-            ctx.queue_meta = queue_metadata(subject.group, subject.kind, obj, runtime)
+            meta = queue_metadata(subject.group, subject.kind, obj, runtime)
         _, views, released = _scope(subject, rules, labels)  # the same namespace: same rules
         views = claims.resolve(views, compiled, dra)
+    totals = None
+    specs: tuple[Mapping[str, Any], ...] = ()
     if subject.kind != "Pod" and views:  # gpu-quota, gpu-queue and gpu-spend read them
-        ctx.totals = object_totals(views, ctx, workload is not None and workload.gang)
-        ctx.gpu_specs = tuple(v.spec for v in views if v.asks_gpu)
-    ctx.deadline = spend.deadline_of(obj, workload)
+        totals = object_totals(views, ctx, workload is not None and workload.gang)
+        specs = tuple(v.spec for v in views if v.asks_gpu)
+    ctx = ctx.judging(meta, totals, specs, spend.deadline_of(obj, workload))
     active = compiled.validations if facts is not None else compiled.offline_validations
     findings = _validate([v for v in views if v.pointer not in released], ctx, active)
     if released:  # templates unchanged by the release: judged against the budgets alone

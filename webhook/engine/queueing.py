@@ -10,13 +10,18 @@ from typing import Any
 __all__ = ["QueueMeta", "made_by_controller", "queue_metadata"]
 
 
-@dataclass(frozen=True, slots=True)
+# A compiled value: never edited once built ("Compiled values", docs/development.md).
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class QueueMeta:
     """The metadata a queue reads a workload's queue name from: its JSON pointer, and its
     value (None: the object has none there yet)."""
 
     pointer: str
     value: Mapping[str, Any] | None
+
+    def __init__(self, pointer: str, value: Mapping[str, Any] | None) -> None:
+        self.pointer = pointer
+        self.value = value
 
     @property
     def field(self) -> str:

@@ -16,10 +16,7 @@ from webhook.engine.podviews import group_of
 __all__ = ["Subject", "subject_for"]
 
 
-# Not frozen (a frozen dataclass pays object.__setattr__ per field on every review); never
-# edited after it is built all the same.
-# __init__ written out (init=False): compiled, the one `dataclass` generates runs as
-# interpreted Python, several times the cost of a native one, and this is built every review.
+# A compiled value: never edited once built ("Compiled values", docs/development.md).
 @dataclass(slots=True, init=False)
 class Subject:
     """The object, its kind, and the request facts rules depend on."""
@@ -81,16 +78,22 @@ def subject_for(
     name: str = "",
     subresource: str = "",
     user: str = "",
+    scoped: bool = True,
 ) -> Subject:
     """The engine's input for `obj`.
 
     `namespace` is authoritative when given (the apiserver's `request.namespace`: on CREATE the
     object may lack `metadata.namespace`); otherwise the object's own namespace, else
-    `fallback_namespace` (the audit's `--namespace`). Group and kind default to the object's.
+    `fallback_namespace` (the audit's `--namespace`). An object of a cluster-scoped kind
+    (`scoped` false) belongs to no namespace, whatever its metadata says. Group and kind
+    default to the object's.
     """
     meta = _metadata(obj)
     own_ns = meta.get("namespace")
-    ns = namespace or (own_ns if isinstance(own_ns, str) and own_ns else "") or fallback_namespace
+    ns = ""
+    if scoped:
+        ns = namespace or (own_ns if isinstance(own_ns, str) and own_ns else "")
+        ns = ns or fallback_namespace
     if kind is None:
         kind = str(obj.get("kind", "")) if isinstance(obj, dict) else ""
     if group is None:

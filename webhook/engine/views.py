@@ -12,10 +12,8 @@ from webhook.quantity import Amount
 __all__ = ["ContainerView", "PodView"]
 
 
-# Not frozen: a frozen dataclass sets each field through object.__setattr__, which costs a
-# review ~3 µs per container. Views are still never edited: `dataclasses.replace` makes new ones.
-# The __init__ is written out (init=False): compiled, the one `dataclass` generates runs as
-# interpreted Python, several times the cost of a native one, on every view of every review.
+# Compiled values ("Compiled values", docs/development.md): never edited once built;
+# `dataclasses.replace` makes new ones.
 @dataclass(slots=True, eq=False, init=False)
 class ContainerView:
     """One container (or init container) with its GPU asks already parsed."""
@@ -72,9 +70,9 @@ class ContainerView:
         resources_key: str = "resources",
         claims: tuple[tuple[str, str], ...] = (),
         gpu_classes: tuple[str, ...] = (),
+        unresolved: tuple[str, ...] = (),
         shared_gpu: str = "",
         shared_config_map: str = "",
-        unresolved: tuple[str, ...] = (),
     ) -> None:
         self.raw = raw
         self.slot = slot
@@ -91,9 +89,9 @@ class ContainerView:
         self.resources_key = resources_key
         self.claims = claims
         self.gpu_classes = gpu_classes
+        self.unresolved = unresolved
         self.shared_gpu = shared_gpu
         self.shared_config_map = shared_config_map
-        self.unresolved = unresolved
 
     def locate(self, spec: dict[str, Any]) -> dict[str, Any]:
         """The same container inside another copy of the pod spec (a mutation's working copy)."""
@@ -130,7 +128,7 @@ class ContainerView:
         return f'{kind} "{self.name}"'
 
 
-@dataclass(slots=True, eq=False, init=False)  # __init__ written out: see ContainerView
+@dataclass(slots=True, eq=False, init=False)
 class PodView:
     """A pod spec somewhere inside an object, with where it is and what owns it."""
 

@@ -257,6 +257,65 @@ def _amounts(res: str, section: str) -> str:
     return f"({q(section)} in {res} && type({res}.{section}) == map ? {res}.{section} : {{}})"
 
 
+def _listed(s: str, list_name: str) -> str:
+    """The CEL list of records of the containers in one list of the pod spec of record `s`,
+    each labelled and pointed at as a message names it: an init container that restarts
+    Always is a sidecar; a container-like object standing alone (`lone`) is named by itself."""
+    spec = f"{s}.spec"
+    items = f"{spec}.{list_name}"
+    c = f"{items}[i]"
+    if list_name == "initContainers":
+        sidecar = f"has({c}.restartPolicy) && {c}.restartPolicy == 'Always'"
+        label = (
+            f"({sidecar} ? {_label('sidecar container', c, 'string(i)')}"
+            f" : {_label('init container', c, 'string(i)')})"
+        )
+        role = f"({sidecar} ? 'sidecar' : 'init')"
+    elif list_name == "containers":
+        label = (
+            f"({s}.lone ? {_label('container', c, f'{s}.name')}"
+            f" : {_label('container', c, 'string(i)')})"
+        )
+        role = "'main'"
+    else:
+        label = _label("ephemeral container", c, "string(i)")
+        role = "'ephemeral'"
+    path = f"({s}.lone ? {s}.path : {s}.path + {q('.' + list_name + '[')} + string(i) + ']')"
+    ptr = f"({s}.lone ? {s}.ptr : {s}.ptr + {q('/' + list_name + '/')} + string(i))"
+    made = record(
+        {
+            "c": c,
+            "path": path,
+            "ptr": ptr,
+            "label": label,
+            "role": role,
+            "res": _res(c, s + ".key"),
+        }
+    )
+    return (
+        f"({q(list_name)} in {spec} && type({items}) == list"
+        f" ? lists.range(size({items})).filter(i, type({c}) == map).map(i, {made}) : [])"
+    )
+
+
+def _inline(s: str, keys: list[str]) -> str:
+    """The CEL list of records of the containers a pod spec holds under its own keys (the
+    inline keys of a container-like object), each a main container named by its key."""
+    spec = f"{s}.spec"
+    c = f"{spec}[k]"
+    made = record(
+        {
+            "c": c,
+            "path": f"{s}.path + '.' + k",
+            "ptr": f"{s}.ptr + '/' + k",
+            "label": _label("container", c, "k"),
+            "role": "'main'",
+            "res": _res(c, s + ".key"),
+        }
+    )
+    return f"{qlist(keys)}.filter(k, k in {spec} && type({c}) == map).map(k, {made})"
+
+
 def containers(
     s: str,
     inline: Iterable[str],
@@ -271,57 +330,11 @@ def containers(
     `r` with `lim` and `req`), or is given part of one by a GPU-sharing scheduler (`shared`,
     then also a field of its own).
     """
-    spec = f"{s}.spec"
-    parts = []
-    for list_name in ("initContainers", "containers", "ephemeralContainers"):
-        items = f"{spec}.{list_name}"
-        c = f"{items}[i]"
-        if list_name == "initContainers":
-            sidecar = f"has({c}.restartPolicy) && {c}.restartPolicy == 'Always'"
-            label = (
-                f"({sidecar} ? {_label('sidecar container', c, 'string(i)')}"
-                f" : {_label('init container', c, 'string(i)')})"
-            )
-            role = f"({sidecar} ? 'sidecar' : 'init')"
-        elif list_name == "containers":
-            label = (
-                f"({s}.lone ? {_label('container', c, f'{s}.name')}"
-                f" : {_label('container', c, 'string(i)')})"
-            )
-            role = "'main'"
-        else:
-            label = _label("ephemeral container", c, "string(i)")
-            role = "'ephemeral'"
-        path = f"({s}.lone ? {s}.path : {s}.path + {q('.' + list_name + '[')} + string(i) + ']')"
-        ptr = f"({s}.lone ? {s}.ptr : {s}.ptr + {q('/' + list_name + '/')} + string(i))"
-        made = record(
-            {
-                "c": c,
-                "path": path,
-                "ptr": ptr,
-                "label": label,
-                "role": role,
-                "res": _res(c, s + ".key"),
-            }
-        )
-        parts.append(
-            f"({q(list_name)} in {spec} && type({items}) == list"
-            f" ? lists.range(size({items})).filter(i, type({c}) == map).map(i, {made}) : [])"
-        )
+    lists = ("initContainers", "containers", "ephemeralContainers")
+    parts = [_listed(s, list_name) for list_name in lists]
     keys = list(dict.fromkeys(inline))
     if keys:
-        c = f"{spec}[k]"
-        made = record(
-            {
-                "c": c,
-                "path": f"{s}.path + '.' + k",
-                "ptr": f"{s}.ptr + '/' + k",
-                "label": _label("container", c, "k"),
-                "role": "'main'",
-                "res": _res(c, s + ".key"),
-            }
-        )
-        parts.append(f"{qlist(keys)}.filter(k, k in {spec} && type({c}) == map).map(k, {made})")
+        parts.append(_inline(s, keys))
     base = "(" + "\n    + ".join(parts) + ")"
     keep = {k: f"r.{k}" for k in ("c", "path", "ptr", "label", "role")}
     amounts = record(

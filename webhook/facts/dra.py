@@ -97,10 +97,7 @@ class ClaimRequest:
 ClaimSpec = tuple[ClaimRequest, ...]
 
 
-# Not frozen (a frozen dataclass pays object.__setattr__ per field, made on every review);
-# never edited after it is built all the same.
-# __init__ written out (init=False): compiled, the one `dataclass` generates runs as
-# interpreted Python, several times the cost of a native one, and this is built every review.
+# A compiled value: never edited once built ("Compiled values", docs/development.md).
 @dataclass(slots=True, init=False)
 class DraFacts:
     """The DRA objects one namespace's pods may name. None: the source does not know that
@@ -115,10 +112,10 @@ class DraFacts:
     claim_devices: Mapping[str, Amount]
     # Devices DRA drivers publish, node -> driver -> count (`draslices`; "" for slices of
     # several nodes); None while ResourceSlices are unknown.
-    node_devices: Mapping[str, Mapping[str, int]] | None
+    node_devices: Mapping[str, Mapping[str, int]] | None = None
     # True: `device_classes` lists some of the cluster's classes only (those of an audit's
     # files, the cluster's own unknown): a class not there is judged by its name alone.
-    classes_partial: bool
+    classes_partial: bool = False
 
     def __init__(
         self,

@@ -81,10 +81,7 @@ class PriorityClass:
     global_default: bool = False
 
 
-# Not frozen (a frozen dataclass pays object.__setattr__ per field, made on every review);
-# never edited after it is built all the same.
-# __init__ written out (init=False): compiled, the one `dataclass` generates runs as
-# interpreted Python, several times the cost of a native one, and this is built every review.
+# A compiled value: never edited once built ("Compiled values", docs/development.md).
 @dataclass(slots=True, init=False)
 class PodGpus:
     """What the cache keeps of a pod: enough for quota and usage, ~200 bytes, not the object."""
@@ -129,7 +126,8 @@ class PodGpus:
         return (self.product,) if self.product else ()
 
 
-@dataclass(init=False)  # __init__ written out: see PodGpus
+# A compiled value: never edited once built ("Compiled values", docs/development.md).
+@dataclass(init=False)
 class Usage:
     """GPUs held by a namespace's non-terminated pods: by resource, and by (resource, product).
 
@@ -283,8 +281,7 @@ class ServingRuntime:
         return next((f.priority for f in self.formats if f.name == model_format), None)
 
 
-# Not frozen (a frozen dataclass pays object.__setattr__ per field, made on every review);
-# never edited after it is built all the same. __init__ written out: see PodGpus.
+# A compiled value: never edited once built ("Compiled values", docs/development.md).
 @dataclass(slots=True, init=False)
 class ServingRuntimes:
     """The runtimes a predictor in one namespace may use: its namespace's, then the cluster's."""
@@ -299,8 +296,7 @@ class ServingRuntimes:
         self.cluster = cluster
 
 
-# Not frozen (a frozen dataclass pays object.__setattr__ per field, made on every review);
-# never edited after it is built all the same. __init__ written out: see PodGpus.
+# A compiled value: never edited once built ("Compiled values", docs/development.md).
 @dataclass(slots=True, init=False)
 class Facts:
     """What the rules may know of the cluster while judging one object in one namespace.
@@ -381,6 +377,47 @@ class Facts:
         self.usages = usages
         self.queues = queues
 
+    @classmethod
+    def taken(
+        cls,
+        namespace: str,
+        *,
+        namespace_labels: Mapping[str, str] | None,
+        quotas: tuple[Quota, ...],
+        usage: Usage,
+        priority_classes: Mapping[str, PriorityClass],
+        nodes: NodeIndex,
+        age_seconds: float | None = None,
+        config_maps: Mapping[str, Mapping[str, str]] | None = None,
+        secrets: Mapping[str, Mapping[str, str]] | None = None,
+        provisionable: Provisioned | None = None,
+        serving_runtimes: ServingRuntimes | None = None,
+        dra: DraFacts | None = None,
+        unheld: Usage | None = None,
+        usages: Usages | None = None,
+        queues: QueueFacts | None = None,
+    ) -> Facts:
+        """The facts a source takes for one namespace, every field by name. For sources that
+        run interpreted: called with keywords, this costs what the compiled constructor costs
+        called positionally (which it then is, here), not what it costs with keywords."""
+        return cls(
+            namespace,
+            namespace_labels,
+            quotas,
+            usage,
+            priority_classes,
+            nodes,
+            age_seconds,
+            config_maps,
+            secrets,
+            provisionable,
+            serving_runtimes,
+            dra,
+            unheld,
+            usages,
+            queues,
+        )
+
     def priority_class(self, name: str) -> PriorityClass | None:
         return self.priority_classes.get(name)
 
@@ -410,25 +447,26 @@ class Facts:
             self.queues,
         )
 
-
-def with_dra(facts: Facts, dra: DraFacts | None) -> Facts:
-    """The same facts with other DRA objects (an audit's files laid over the snapshot's)."""
-    return Facts(
-        facts.namespace,
-        facts.namespace_labels,
-        facts.quotas,
-        facts.usage,
-        facts.priority_classes,
-        facts.nodes,
-        facts.age_seconds,
-        facts.config_maps,
-        facts.secrets,
-        facts.provisionable,
-        facts.serving_runtimes,
-        dra,
-        facts.unheld,
-        facts.usages,
-    )
+    def with_dra(self, dra: DraFacts | None) -> Facts:
+        """The same facts with other DRA objects (an audit's files laid over the snapshot's):
+        a new value."""
+        return Facts(
+            self.namespace,
+            self.namespace_labels,
+            self.quotas,
+            self.usage,
+            self.priority_classes,
+            self.nodes,
+            self.age_seconds,
+            self.config_maps,
+            self.secrets,
+            self.provisionable,
+            self.serving_runtimes,
+            dra,
+            self.unheld,
+            self.usages,
+            self.queues,
+        )
 
 
 class Provisioned(Protocol):

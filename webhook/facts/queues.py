@@ -212,7 +212,8 @@ def reduce(kind: str, obj: Mapping[str, Any]) -> tuple[str, str, Any]:
 _NO_LOCAL: Mapping[str, str] = MappingProxyType({})
 
 
-@dataclass(frozen=True, slots=True)
+# A compiled value: never edited once built ("Compiled values", docs/development.md).
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class QueueFacts:
     """What one namespace may know of the queues. A None part is unknown (not readable)."""
 
@@ -223,6 +224,18 @@ class QueueFacts:
     flavors: Mapping[str, Mapping[str, str]] | None
     # KAI/Run:ai Queues (cluster-scoped).
     kai_queues: Mapping[str, KaiQueue] | None
+
+    def __init__(
+        self,
+        local_queues: Mapping[str, str] | None,
+        cluster_queues: Mapping[str, ClusterQueue] | None,
+        flavors: Mapping[str, Mapping[str, str]] | None,
+        kai_queues: Mapping[str, KaiQueue] | None,
+    ) -> None:
+        self.local_queues = local_queues
+        self.cluster_queues = cluster_queues
+        self.flavors = flavors
+        self.kai_queues = kai_queues
 
     def kai_leaves(self) -> list[str]:
         """The KAI queues a job may name: only leaf queues take jobs."""

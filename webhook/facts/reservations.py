@@ -45,8 +45,7 @@ _MAX_LABEL_VALUE = 63  # a product is a node label value
 _RECENT = 20  # unmatched holds named in one log line
 
 
-# Both built on every hold taken; their __init__ is written out (init=False): compiled, the
-# one `dataclass` generates runs as interpreted Python, several times the cost.
+# Both built on every hold taken: compiled values ("Compiled values", docs/development.md).
 @dataclass(slots=True, init=False)
 class _Hold:
     pod: PodGpus

@@ -13,10 +13,10 @@ stops at `MAX_DEPTH`.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
@@ -25,7 +25,8 @@ from webhook.modelerrors import Problem, problems
 from webhook.ruleset.contradictions import contradictions
 from webhook.ruleset.linetree import LineTree
 from webhook.ruleset.models import RuleSet
-from webhook.yamlinput import deeper_than_at, syntax_error, unreadable
+from webhook.ruleset.ruleyaml import Path_, Refused, Where, documents
+from webhook.yamlinput import syntax_error, unreadable
 
 __all__ = [
     "LoadedRules",
@@ -38,27 +39,9 @@ __all__ = [
     "rule_files",
 ]
 
-Path_ = tuple[str | int, ...]
-
 # Far above any real rule set (12k overrides take ~1.6 MB; a ConfigMap holds at most 1 MiB),
 # and the most a reload reads into memory per file.
 MAX_FILE_BYTES = 16 * 2**20
-# Rule files nest about 8 levels; the limit keeps every later recursive walk shallow.
-MAX_DEPTH = 64
-_NO_ANCHORS = (
-    "is not allowed in rule files: anchors and aliases can expand a small file into gigabytes. "
-    "Fix: write the settings out, or put shared settings in `rules` and differences in "
-    "`overrides`"
-)
-_NO_TAGS = "is not allowed in rule files. Fix: remove the tag and write the plain value"
-_TOO_DEEP = (
-    f"nested deeper than {MAX_DEPTH} levels. Fix: rule files nest about 8 levels; look for an "
-    "unclosed [ or { or a runaway indent before this point"
-)
-_STR, _SEQ, _MAP = (f"tag:yaml.org,2002:{t}" for t in ("str", "seq", "map"))
-_NODE_EVENTS = frozenset({yaml.ScalarEvent, yaml.SequenceStartEvent, yaml.MappingStartEvent})
-# libyaml's parser when built in (several times faster); the pure-Python one otherwise.
-_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class RuleFileError(ValueError):
@@ -67,21 +50,6 @@ class RuleFileError(ValueError):
     def __init__(self, problems: list[str]) -> None:
         super().__init__("\n".join(problems))
         self.problems = problems
-
-
-class Where(NamedTuple):
-    """Where a setting is written: its file, the 1-based line and column of its key (of the
-    item, for a list item), and those of its value. A value that is a block mapping or list
-    starts on a later line: its place is its key's. `str()` gives `file:line:col` of the key."""
-
-    file: str
-    line: int
-    column: int
-    value_line: int
-    value_column: int
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.line}:{self.column}"
 
 
 @dataclass
@@ -107,159 +75,18 @@ def rule_files(folder: Path) -> list[Path]:
     )
 
 
-class _Refused(Exception):
-    """A construct rule files may not use, at a 1-based line and column; the message ends with
-    its fix."""
-
-    def __init__(self, line: int, column: int, message: str) -> None:
-        super().__init__(message)
-        self.line = line
-        self.column = column
-
-
 def _read(path: Path) -> str:
     """The file's text, refusing one larger than any rule file needs before holding it all."""
     with path.open("rb") as f:
         data = f.read(MAX_FILE_BYTES + 1)
     if len(data) > MAX_FILE_BYTES:
-        raise _Refused(
+        raise Refused(
             1,
             1,
             f"larger than {MAX_FILE_BYTES // 2**20} MiB. Fix: split it into several files in "
             "the folder, or trim it",
         )
     return data.decode("utf-8-sig")
-
-
-@dataclass
-class _Frame:
-    """An open mapping or sequence while the event stream is read."""
-
-    value: dict[Any, Any] | list[Any]
-    path: Path_
-    key: Any = None
-    key_line: int = 0
-    key_column: int = 0
-    has_key: bool = False
-
-
-def _documents(text: str, where: str) -> Iterator[tuple[Any, tuple[int, int], dict[Path_, Where]]]:
-    """(data, (line, column) where it starts, field path -> `Where`) for each YAML document of
-    a file.
-
-    One pass over the parser's events builds the data and the line table together: half the
-    work of composing and then constructing, no recursion (so no nesting can overflow a stack),
-    and anchors, aliases and merge keys are refused where they appear, before any expansion.
-    Scalars get the same tags and values as `yaml.safe_load`.
-    """
-    deep = deeper_than_at(text, MAX_DEPTH)  # before libyaml, whose own cap differs by release
-    if deep is not None:
-        raise _Refused(*deep, _TOO_DEEP)
-    loader = _Loader(text)
-    try:
-        stack: list[_Frame] = []
-        lines: dict[Path_, Where] = {}
-        root: Any = None
-        root_at = (1, 1)
-        while True:
-            event = loader.get_event()
-            kind = type(event)
-            if kind is yaml.SequenceEndEvent or kind is yaml.MappingEndEvent:
-                stack.pop()
-                continue
-            if kind not in _NODE_EVENTS:
-                if kind is yaml.DocumentStartEvent:
-                    stack, lines, root = [], {}, None
-                elif kind is yaml.DocumentEndEvent:
-                    yield root, root_at, lines
-                elif kind is yaml.StreamEndEvent:
-                    return
-                elif kind is yaml.AliasEvent:
-                    mark = event.start_mark
-                    raise _Refused(
-                        mark.line + 1, mark.column + 1, f"YAML alias *{event.anchor} {_NO_ANCHORS}"
-                    )
-                continue
-            mark = event.start_mark
-            line, column = mark.line + 1, mark.column + 1
-            if event.anchor is not None:
-                raise _Refused(line, column, f"YAML anchor &{event.anchor} {_NO_ANCHORS}")
-            value: Any
-            path: Path_
-            if kind is yaml.ScalarEvent:
-                value = _scalar(loader, event, line, column)
-            else:
-                value = [] if kind is yaml.SequenceStartEvent else {}
-                if event.tag not in (None, "!", _SEQ if kind is yaml.SequenceStartEvent else _MAP):
-                    raise _Refused(line, column, f"the YAML tag {event.tag} {_NO_TAGS}")
-                if len(stack) >= MAX_DEPTH:
-                    raise _Refused(line, column, _TOO_DEEP)
-            if not stack:
-                root, root_at, path = value, (line, column), ()
-                lines.setdefault(path, Where(where, line, column, line, column))
-            else:
-                top = stack[-1]
-                if isinstance(top.value, list):
-                    path = (*top.path, len(top.value))
-                    top.value.append(value)
-                    lines.setdefault(path, Where(where, line, column, line, column))
-                elif not top.has_key:
-                    if kind is not yaml.ScalarEvent:
-                        raise _Refused(
-                            line,
-                            column,
-                            "a mapping key must be a plain value. Fix: write the key as plain text",
-                        )
-                    top.key, top.key_line, top.key_column = value, line, column
-                    top.has_key = True
-                    continue
-                else:
-                    # A key's path is its value as read (what validation's locations hold).
-                    path = (*top.path, top.key)
-                    top.value[top.key] = value
-                    if kind is not yaml.ScalarEvent and not event.flow_style:
-                        line, column = top.key_line, top.key_column  # a block: at its key
-                    lines[path] = Where(where, top.key_line, top.key_column, line, column)
-                    top.has_key = False
-            if kind is not yaml.ScalarEvent:
-                stack.append(_Frame(value, path))
-    finally:
-        loader.dispose()
-
-
-def _scalar(loader: Any, event: yaml.ScalarEvent, line: int, column: int) -> Any:
-    """A scalar's value, tagged the way PyYAML's composer tags it."""
-    explicit = event.tag not in (None, "!")
-    tag = str(event.tag)
-    if not explicit:
-        tag = loader.resolve(yaml.ScalarNode, event.value, event.implicit)
-    if tag == _STR:
-        return event.value  # what SafeConstructor returns for it, minus building a node
-    if tag == "tag:yaml.org,2002:merge":
-        raise _Refused(
-            line,
-            column,
-            "YAML merge keys (<<) are not allowed in rule files. Fix: write the keys out in "
-            "this mapping",
-        )
-    construct = _Loader.yaml_constructors.get(tag)
-    if construct is None:
-        raise _Refused(line, column, f"the YAML tag {tag} {_NO_TAGS}")
-    start: Any = event.start_mark  # libyaml's Mark type: the same fields as PyYAML's
-    end: Any = event.end_mark
-    node = yaml.ScalarNode(tag, event.value, start, end, event.style)
-    try:
-        return construct(loader, node)
-    except Exception:  # `!!int x` or a date like 2024-13-45: ValueError, not YAMLError
-        short = tag.replace("tag:yaml.org,2002:", "!!")
-        fix = (
-            "remove the tag, or write a value of that type"
-            if explicit
-            else f"quote it to keep it as text: {event.value[:40]!r}"
-        )
-        raise _Refused(
-            line, column, f"{event.value[:40]!r} is not a valid {short}. Fix: {fix}"
-        ) from None
 
 
 # Lists whose items are keyed: a later file's item of the same key replaces the earlier one,
@@ -433,8 +260,8 @@ def load_rules_with_sources(folder: Path | str | None) -> LoadedRules:
     unread: list[str] = []  # one per file, in file order
     for path in rule_files(folder):
         try:
-            docs = list(_documents(_read(path), str(path)))
-        except _Refused as exc:
+            docs = list(documents(_read(path), str(path)))
+        except Refused as exc:
             unread.append(f"{path}:{exc.line}:{exc.column}: {exc}")
             continue
         except yaml.YAMLError as exc:
@@ -478,8 +305,8 @@ def located_in(path: Path, found: list[Problem]) -> list[str]:
     """`file:line:col: problem` for problems of another YAML file read with the same rules
     (a test case file): where each is written, or the file alone when it cannot be placed."""
     try:
-        lines = next((t for _, _, t in _documents(_read(path), str(path))), {})
-    except (_Refused, yaml.YAMLError, OSError, UnicodeDecodeError):
+        lines = next((t for _, _, t in documents(_read(path), str(path))), {})
+    except (Refused, yaml.YAMLError, OSError, UnicodeDecodeError):
         lines = {}
     return _report(found, lines, path)
 

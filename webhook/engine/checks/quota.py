@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from webhook.engine import claims
-from webhook.engine.accounting import budget_gpus, pod_gpus, pod_product, pod_products
+from webhook.engine.accounting import budget_gpus, pod_gpus, pod_products
 from webhook.engine.checks.budgetsets import SetUsage, describe_set, set_usage, spans_several
+from webhook.engine.checks.quotafixes import already_over, budget_fix, devices_fix
 from webhook.engine.checks.trust import trusted_facts, unknown_facts
 from webhook.engine.context import Context
 from webhook.engine.findings import Finding
@@ -87,54 +88,6 @@ def _alternatives(
     return sorted(out)
 
 
-def _product_fix(
-    pod: PodView,
-    ctx: Context,
-    product: str,
-    name: str,
-    used: Amount,
-    cap: Amount,
-    budget: QuotaBudget,
-    others: list[str],
-    where: str,
-) -> str:
-    """How to get past a product cap: pin another product, ask less, wait, or raise it.
-
-    A pod that never named the product is told why the cap applies to it at all.
-    """
-    scope = f"{name} on {product}"
-    left = cap - used if cap > used else 0
-    node = pod.spec.get("nodeName")
-    pin = ""
-    if node:
-        pin = f"set {pod.field_path}.nodeName to a node of another product, or "
-    elif others:
-        more = f" (or {', '.join(others[1:4])})" if len(others) > 1 else ""
-        pin = (
-            f"set {pod.field_path}.nodeSelector {GPU_PRODUCT_LABEL}: {others[0]}{more} to run "
-            "elsewhere, or "
-        )
-    if left > 0:
-        rest = (
-            f"{pin}ask for at most {show(left)} {scope}, wait for running GPU pods in "
-            f"{where} to finish, or ask the platform team to raise budget {budget.name!r}"
-        )
-    else:  # nothing left to ask for: asking less leads nowhere
-        rest = pin + _already_over(
-            f"budget {budget.name!r}", used, cap, scope, where, f"budget {budget.name!r}"
-        )
-    if node:
-        why = f"the pod names node {node} ({GPU_PRODUCT_LABEL}: {product})"
-    elif pod_product(pod) != product:
-        why = (
-            f"the pod could be scheduled onto {product} (its nodeSelector and required node "
-            "affinity allow nodes of that product)"
-        )
-    else:
-        return rest
-    return f"{why}, so that product's cap applies. {rest[0].upper()}{rest[1:]}"
-
-
 def _kept_natively(name: str, cap: Amount, facts: Facts) -> bool:
     """Whether a ResourceQuota of the namespace caps `name` at `cap` or tighter for every
     pod: then the apiserver keeps this limit exactly, and this replica's holds need not
@@ -166,6 +119,35 @@ def _for_whom(quota: Quota) -> str:
     return f" (for pods with {describe_scopes(quota.scopes)})" if quota.scopes else ""
 
 
+def _caps(
+    pod: PodView,
+    totals: Totals | None,
+    usage: Usage,
+    budget: QuotaBudget,
+    reach: frozenset[str],
+    facts: Facts,
+    spread: SetUsage | None,
+) -> list[tuple[str, Amount, Amount, str]]:
+    """(resource, cap, in use, product or "") of each cap of `budget` the pod is judged
+    against. The budget-wide limits once per object (on a controller's lead template), with
+    this replica's holds added back where no ResourceQuota keeps the limit; the product caps
+    on every product the pod may reach."""
+    out: list[tuple[str, Amount, Amount, str]] = []
+    unheld = facts.unheld if spread is None else None  # a set's usage has every hold
+    if totals is None or pod.pointer == totals.lead:
+        for name, limit in budget.limits.items():
+            in_use: Amount = usage.by_resource.get(name, 0)
+            if unheld is not None and not _kept_natively(name, limit, facts):
+                in_use += unheld.by_resource.get(name, 0)  # the quota is looser than the budget
+            out.append((name, limit, in_use, ""))
+    for product in sorted(reach.intersection(budget.products)):
+        out += [
+            (name, cap, usage.by_product.get((name, product), 0), product)
+            for name, cap in budget.products[product].items()
+        ]
+    return out
+
+
 def _over_budget(
     pod: PodView,
     ctx: Context,
@@ -189,22 +171,9 @@ def _over_budget(
     totals = ctx.totals
     pods = pod.replicas if ctx.kind != "Pod" else 1
     what = "this pod asks {n}" if pods == 1 else f"{pods} pods x {{per}} = {{n}}"
-    limits: list[tuple[str, Amount, Amount, str]] = []
-    unheld = facts.unheld if spread is None else None  # a set's usage has every hold
     if spread is not None:
         usage = spread.total
-    if totals is None or pod.pointer == totals.lead:
-        for name, limit in budget.limits.items():
-            in_use: Amount = usage.by_resource.get(name, 0)
-            if unheld is not None and not _kept_natively(name, limit, facts):
-                in_use += unheld.by_resource.get(name, 0)  # the quota is looser than the budget
-            limits.append((name, limit, in_use, ""))
-    for product in sorted(reach.intersection(budget.products)):
-        limits += [
-            (name, cap, usage.by_product.get((name, product), 0), product)
-            for name, cap in budget.products[product].items()
-        ]
-    for name, cap, used, prod in limits:
+    for name, cap, used, prod in _caps(pod, totals, usage, budget, reach, facts, spread):
         whole = totals if not prod else None  # a controller's budget-wide total
         per = ask.get(name, 0) if whole is None else whole.gpus.get(name, 0)
         if per <= 0:
@@ -217,24 +186,12 @@ def _over_budget(
             continue  # suspended: it takes nothing until released, and is judged then
         scope = f"{name} on {prod}" if prod else name
         asked = whole.asked(name) if whole else what.format(n=show(total), per=show(per))
-        left = cap - used if cap > used else 0
         where = ctx.namespace if spread is None else spread.holders(name, prod)
-        if prod:
-            others = _alternatives(pod, name, per, total, usage, budget, facts.nodes)
-            fix = _product_fix(pod, ctx, prod, name, used, cap, budget, others, where)
-        elif claims.class_of_key(name):
-            fix = _devices_fix(devices, claims.class_of_key(name), left, ctx) + (
-                f", or ask the platform team to raise budget {budget.name!r}"
-            )
-        elif left > 0:
-            fix = (
-                f"ask for at most {show(left)} {scope}, wait for running GPU pods in "
-                f"{where} to finish, or ask the platform team to raise budget "
-                f"{budget.name!r}"
-            )
-        else:
-            subject = f"namespace {ctx.namespace}" if spread is None else f"budget {budget.name!r}"
-            fix = _already_over(subject, used, cap, scope, where, f"budget {budget.name!r}")
+        others = _alternatives(pod, name, per, total, usage, budget, facts.nodes) if prod else []
+        several = spread is not None
+        fix = budget_fix(
+            pod, ctx.namespace, budget, name, prod, used, cap, where, others, devices, several
+        )
         if spread is None:
             held = f"namespace {ctx.namespace} uses {show(used)} of {show(cap)} {scope}"
         else:
@@ -249,19 +206,6 @@ def _over_budget(
             field=f"{pod.field_path}.containers",
             advisory=ctx.kind != "Pod",  # controllers: their pods are judged when created
         )
-
-
-def _already_over(
-    subject: str, used: Amount, cap: Amount, scope: str, where: str, limit: str
-) -> str:
-    """The Fix for a namespace with nothing left: it is told it is already over (or at) the
-    cap and how to get under it, never to "ask for at most 0"."""
-    state = "over" if used > cap else "at"
-    return (
-        f"{subject} is already {state} the cap (uses {show(used)} of {show(cap)} {scope}): free "
-        f"GPUs in {where} (end or scale down GPU pods there) or ask the platform team to raise "
-        f"{limit}"
-    )
 
 
 def _never_fits(
@@ -334,7 +278,7 @@ def _native(pod: PodView, ctx: Context, ask: dict[str, Amount], facts: Facts) ->
                         f"Ask for at most {show(hard - used)} {name} or free GPUs in "
                         f"{ctx.namespace}"
                         if hard > used
-                        else _already_over(
+                        else already_over(
                             f"namespace {ctx.namespace}",
                             used,
                             hard,
@@ -347,28 +291,6 @@ def _native(pod: PodView, ctx: Context, ask: dict[str, Amount], facts: Facts) ->
                 field=f"{pod.field_path}.containers",
                 advisory=ctx.kind != "Pod",
             )
-
-
-def _devices_fix(
-    devices: list[claims.NewDevices], device_class: str, left: Amount, ctx: Context
-) -> str:
-    """Where a class's devices come from and how to ask for fewer (a sentence, capitalised)."""
-    mine = [d for d in devices if d.device_class == device_class]
-    where = "; ".join(d.describe() for d in mine)
-    lower = ", ".join(
-        f"spec.spec.devices.requests[{d.index}] of ResourceClaimTemplate {d.template}" for d in mine
-    )
-    if left <= 0:
-        return (
-            f"{where[0].upper()}{where[1:]}. None of class {device_class} is left in "
-            f"{ctx.namespace}: release claims of {device_class} devices there (end the pods "
-            "that hold them)"
-        )
-    return (
-        f"{where[0].upper()}{where[1:]}. Ask for at most {show(left)} device(s) of class "
-        f"{device_class} in all (the count in {lower}), or wait for claims of {device_class} "
-        f"devices in {ctx.namespace} to be released"
-    )
 
 
 def _native_devices(
@@ -407,7 +329,7 @@ def _native_devices(
                 fix=(
                     "the API server will refuse the ResourceClaim made for the pod with "
                     f"'exceeded quota: {quota.name}', and the pod will stay Pending. "
-                    + _devices_fix(devices, device_class, left, ctx)
+                    + devices_fix(devices, device_class, left, ctx.namespace)
                 ),
                 field=f"{pod.field_path}.resourceClaims",
                 advisory=ctx.kind != "Pod",

@@ -21,7 +21,7 @@ from webhook.engine.findings import Finding
 from webhook.engine.podviews import PodView
 from webhook.facts.model import Facts, Node
 from webhook.facts.nodematch import expr_matches
-from webhook.quantity import positive, show
+from webhook.quantity import Amount, positive, show
 from webhook.ruleset.models import RuleSettings
 
 __all__ = ["Prepared", "cluster_shapes", "gpu_schedulable", "prepare", "why_not_whole_node"]
@@ -113,28 +113,24 @@ _DECLARE = (
 )
 
 
-def gpu_schedulable(pod: PodView, ctx: Context) -> Iterator[Finding]:
-    cfg = ctx.settings.gpu_schedulable
-    ask = pod_gpus(pod)
-    field = f"{pod.field_path}.containers"
+def _one_slice_each(ask: dict[str, Amount], patterns: list[str], field: str) -> Iterator[Finding]:
+    """Asks of more than one of a resource whose device plugin hands out one slice per pod
+    (`singleDeviceResources`): such a pod is never granted, whatever the cluster holds."""
     for name, amount in ask.items():
-        if amount > 1 and any(fnmatch.fnmatchcase(name, p) for p in cfg.single_device_resources):
+        if amount > 1 and any(fnmatch.fnmatchcase(name, p) for p in patterns):
             yield Finding(
                 rule=RULE,
                 summary=f"{RULE}: pod asks {show(amount)} {name}; the device plugin grants 1",
                 fix=f"ask for 1 {name} (shared GPUs are handed out one slice per pod)",
                 field=field,
             )
-    facts, reason = trusted_facts(ctx)
-    if facts is None:
-        if ask:
-            yield unknown_facts(RULE, cfg.when_unknown, reason, field)
-        return
-    if not ask:
-        return
-    # Every node shape the pod could get: the existing GPU pools and those the cluster can
-    # create. When the cluster's provisioning is not declared, a shape no node has may still
-    # come (an autoscaled pool at zero): that absence is a warning, never a denial.
+
+
+def _shapes(facts: Facts, ctx: Context) -> tuple[list[Node], bool]:
+    """Every node shape the pod could get: the existing GPU pools and those the cluster can
+    create; and whether a shape missing from them is a fact. When the cluster's provisioning
+    is not declared, a shape no node has may still come (an autoscaled pool at zero): that
+    absence is a warning, never a denial."""
     from_cluster = cluster_shapes(facts, ctx)
     nodes = [
         *facts.nodes.pools(ctx.rules.gpu_label_prefixes),
@@ -143,7 +139,22 @@ def gpu_schedulable(pod: PodView, ctx: Context) -> Iterator[Finding]:
     ]
     # The cluster's autoscaler objects make absence a fact only when they show some GPU shape:
     # Karpenter with no GPU NodePool says nothing about, say, a managed GPU group at zero.
-    known = ctx.rules.provisioning_known or bool(from_cluster)
+    return nodes, ctx.rules.provisioning_known or bool(from_cluster)
+
+
+def gpu_schedulable(pod: PodView, ctx: Context) -> Iterator[Finding]:
+    cfg = ctx.settings.gpu_schedulable
+    ask = pod_gpus(pod)
+    field = f"{pod.field_path}.containers"
+    yield from _one_slice_each(ask, cfg.single_device_resources, field)
+    facts, reason = trusted_facts(ctx)
+    if facts is None:
+        if ask:
+            yield unknown_facts(RULE, cfg.when_unknown, reason, field)
+        return
+    if not ask:
+        return
+    nodes, known = _shapes(facts, ctx)
     by_dra = dra_resource_names(facts.dra)
     for name in ask:
         if name in by_dra:
