@@ -61,9 +61,11 @@ COMPILED = [
     "webhook/facts/static.py",
     "webhook/facts/servingruntimes.py",
     "webhook/facts/queues.py",
-    # What the live cache keeps of each object, read page by page on a relist.
+    # What the live cache keeps of each object, read page by page on a relist, and the stores
+    # that keep them and build each review's facts.
     "webhook/facts/objects.py",
     "webhook/facts/relist.py",
+    "webhook/facts/stores.py",
     # The server's side of a review: HTTP/1.1 parsing and answers, the review route, the
     # response, the metrics. (review.py stays interpreted: msgspec reads its structs'
     # annotations at run time.)

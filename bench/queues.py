@@ -235,7 +235,7 @@ def measure(url: str, queues: int) -> tuple[float, float, float, float, float]:
     took = time.perf_counter() - started
     gc.collect()
     grown = rss_mb() - before
-    kept = deep_size(cache._queues) / 2**20
+    kept = deep_size(cache.stores.queues) / 2**20
     facts = cache.facts_for("team-1")
     cache.stop()  # the watch threads would share the CPU with the timing below
     obj = _job()

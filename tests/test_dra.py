@@ -295,10 +295,10 @@ def test_claim_specs_never_fail_on_what_a_snapshot_or_the_api_may_hold(spec: Any
 def test_the_store_knows_nothing_until_listed_and_a_404_is_known_empty() -> None:
     store = dra.DraCache()
     assert store.facts_for("ml-team") is None
-    store.not_served("deviceclasses", forbidden=False)  # DRA not served by the cluster
+    store.not_served("deviceclasses", 404)  # DRA not served by the cluster
     facts = store.facts_for("ml-team")
     assert facts is not None and facts.device_classes == {} and facts.templates is None
-    store.not_served("deviceclasses", forbidden=True)  # not allowed: unknown again
+    store.not_served("deviceclasses", 403)  # not allowed: unknown again
     assert store.facts_for("ml-team") is None
 
 

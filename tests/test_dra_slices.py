@@ -56,8 +56,8 @@ def test_lists_and_events_keep_the_counts_exact() -> None:
 
 def test_not_served_is_known_and_empty_and_forbidden_is_unknown() -> None:
     cache = dra.DraCache()
-    cache.not_served("resourceslices", forbidden=False)
+    cache.not_served("resourceslices", 404)
     facts = cache.facts_for("ml-team")
     assert facts is not None and facts.node_devices == {}
-    cache.not_served("resourceslices", forbidden=True)
+    cache.not_served("resourceslices", 403)
     assert cache.facts_for("ml-team") is None

@@ -141,7 +141,9 @@ def test_a_forged_runtime_reads_as_absent_fields_not_a_crash() -> None:
 def test_the_store_knows_both_kinds_or_says_unknown() -> None:
     store = RuntimeStore()
     assert store.facts_for("ml-team") is None
-    store.replace("servingruntimes", [("ml-team", serving_runtime(runtime("a"), cluster=False))])
+    store.replace(
+        "servingruntimes", [("ml-team", "a", serving_runtime(runtime("a"), cluster=False))]
+    )
     assert store.facts_for("ml-team") is None  # the cluster's are not known yet
     assert store.not_served("clusterservingruntimes", 404)  # CRD not installed: none
     known = store.facts_for("ml-team")

@@ -1,7 +1,7 @@
 """The `kubernetes` client call that lists and watches each kind the cache keeps.
 
-Apart from `watched.py`, whose kind table the pure relist code reads: only the list+watch
-drivers (the live cache, `snapshot`) import the client.
+Apart from `watched.py`, whose table of kinds (reducers and stores) holds no I/O: only the
+list+watch drivers (the live cache, `snapshot`) import the client.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ or the snapshot loader) and hands readers values that are replaced, never change
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -51,6 +52,8 @@ __all__ = [
     "drivers_in",
     "reduce",
 ]
+
+log = logging.getLogger("gpu-admission.cache")
 
 # The API kinds, by their plural (as the live cache lists them).
 KINDS = ("deviceclasses", "resourceclaimtemplates", "resourceclaims", SLICES)
@@ -359,17 +362,29 @@ class DraCache:
         if kind == "resourceclaims":
             self._devices[namespace] = _total(changed.values())
 
-    def not_served(self, kind: str, *, forbidden: bool) -> None:
-        """404 (the API is not served: known, nothing there) or 403 (not allowed: unknown)."""
+    def not_served(self, kind: str, status: int) -> bool:
+        """Whether a failed list is the answer: 404 (DRA is not served: known, nothing there)
+        or 403 (not allowed: unknown, warned). Anything else is an error to retry."""
+        if status not in (404, 403):
+            return False
+        forbidden = status == 403
         if kind == "deviceclasses":
             self._classes = None if forbidden else {}
-            return
-        if kind == SLICES:
+        elif kind == SLICES:
             self._slices.not_served(forbidden=forbidden)
-            return
-        self._specs[kind] = None if forbidden else {}
-        if kind == "resourceclaims":
-            self._devices = {}
+        else:
+            self._specs[kind] = None if forbidden else {}
+            if kind == "resourceclaims":
+                self._devices = {}
+        if forbidden:
+            log.warning(
+                "%s: not allowed to list them (403); pods' DRA claims are unknown, so they "
+                "make no pod a GPU pod",
+                kind,
+            )
+        else:
+            log.info("%s: not installed (404)", kind)
+        return True
 
 
 def _total(specs: Iterable[ClaimSpec]) -> dict[str, Amount]:

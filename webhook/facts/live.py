@@ -1,6 +1,7 @@
 """The webhook's live cluster facts: list+watch through the `kubernetes` client, kept compact.
 
-One thread per resource kind runs the informer loop the API server expects: a paged list
+One thread per resource kind (a row of `watched.WATCHED`: its list call, its reducer, its
+store in `webhook.facts.stores`) runs the informer loop the API server expects: a paged list
 (`limit`/`continue`) gives a resourceVersion; a watch from there (with bookmarks) applies
 events; a watch that ends is resumed from the last resourceVersion seen; `410 Gone` means the
 history is compacted, so the kind is listed again; any other failure backs off exponentially
@@ -39,58 +40,38 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping
-from types import MappingProxyType
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 
-from webhook.facts import dra, objects, queues, servingruntimes, webhookconfigs
 from webhook.facts.client import list_call
-from webhook.facts.model import (
-    EMPTY_USAGE,
-    GPU_PRODUCT_LABEL,
-    TERMINATED,
-    Facts,
-    Node,
-    NodeIndex,
-    PodGpus,
-    PriorityClass,
-    Quota,
-    Usage,
-)
-from webhook.facts.podpages import decode_pod_page
-from webhook.facts.provisioning import Provisioning, listed_shapes
-from webhook.facts.relist import Fresh, Shapes
+from webhook.facts.dra import DraCache
+from webhook.facts.model import Facts, NodeIndex
+from webhook.facts.queues import QueueStore
+from webhook.facts.relist import reduced
 from webhook.facts.reservations import Reservations
-from webhook.facts.usages import NamespaceUsages
+from webhook.facts.servingruntimes import RuntimeStore
+from webhook.facts.stores import ProvisioningStore, Stores
 from webhook.facts.watched import (
     DRA_KINDS,
     KINDS,
     PROVISIONING_KINDS,
-    QUEUE_KINDS,
     SERVING_KINDS,
-    SHAPES,
-    WEBHOOK_KINDS,
-    Kind,
+    WATCHED,
+    Watched,
     describe,
     lines_until_cut,
     pages,
 )
-from webhook.podrequest import memory_of
+from webhook.facts.webhookconfigs import WebhookTimeouts
 
 __all__ = ["DRA_KINDS", "KINDS", "PROVISIONING_KINDS", "SERVING_KINDS", "LiveCache", "pages"]
 
 log = logging.getLogger("gpu-admission.cache")
 
-
-_OPTIONAL = PROVISIONING_KINDS + DRA_KINDS + SERVING_KINDS + WEBHOOK_KINDS + QUEUE_KINDS
-
-# What a namespace without a relevant ConfigMap hands out: known, and empty.
-_NO_CONFIG_MAPS: Mapping[str, Mapping[str, str]] = MappingProxyType({})
-_NO_QUOTAS: Mapping[str, Quota] = MappingProxyType({})
 # The kinds `synced` and `age_seconds` are about: the core ones every cluster serves.
-_CORE = tuple(k.name for k in KINDS)
+_CORE = tuple(name for name, row in WATCHED.items() if not row.optional)
 
 
 class Gone(Exception):
@@ -119,28 +100,15 @@ class LiveCache:
         self.watch_timeout = watch_timeout
         self.max_backoff = max_backoff
         self.recheck_seconds = recheck_seconds  # how often an absent CRD is looked for again
-        self._namespaces: dict[str, dict[str, str]] = {}
-        self._nodes: dict[str, Node] = {}
-        self._node_index = NodeIndex()  # rebuilt when a node changes, shared between reads
-        self._quotas: dict[str, dict[str, Quota]] = defaultdict(dict)  # namespace -> name -> quota
-        self._classes: dict[str, PriorityClass] = {}
-        self._pods: dict[tuple[str, str], PodGpus] = {}
-        self._usage: dict[str, Usage] = defaultdict(Usage)
-        # namespace -> ConfigMap name -> its NVIDIA_VISIBLE_DEVICES-capable keys; a ConfigMap
-        # with none is not kept (absent = no such key, which the isolation rules read right).
-        self._config_maps: dict[str, dict[str, dict[str, str]]] = {}
-        # Autoscaler kinds: listed ones hold their objects' shapes; `_absent` are not installed;
-        # a kind in neither is unknown (not listed yet, or forbidden).
-        self._autoscaling: dict[str, Shapes] = {}
-        self._absent: set[str] = set()
-        self._provisionable: Provisioning | None = None  # rebuilt whole on each change
-        self._dra = dra.DraCache()  # DeviceClasses, claim templates and claims
-        self._usages = NamespaceUsages(
-            lambda: self._usage, lambda: self._namespaces, self._dra.claim_devices
+        # Every kind's store (`webhook.facts.stores`); a pod the watch shows ends its hold.
+        self.stores = Stores(
+            holds=reservations,
+            provisioning=ProvisioningStore(tuple(k.name for k in PROVISIONING_KINDS)),
+            dra=DraCache(),
+            runtimes=RuntimeStore(),
+            webhooks=WebhookTimeouts(),
+            queues=QueueStore(),
         )
-        self._runtimes = servingruntimes.RuntimeStore()  # KServe's serving runtimes
-        self._webhooks = webhookconfigs.WebhookTimeouts()  # how long the chain waits
-        self._queues = queues.QueueStore()  # Kueue's and KAI's queues
         self._lock = threading.Lock()  # writers only; readers take references to whole values
         self._contact: dict[str, float] = {}  # kind -> monotonic time of last sign of life
         self._synced: set[str] = set()
@@ -161,33 +129,13 @@ class LiveCache:
     # Every review reads here: lookups only (`bench/instructions.py --facts live`).
 
     def node_index(self) -> NodeIndex:
-        return self._node_index
+        return self.stores.nodes.facts_for("")
 
     def served_names(self) -> frozenset[str]:
-        return self._dra.served_names()
+        return self.stores.served_names()
 
     def facts_for(self, namespace: str) -> Facts:
-        config_maps: Mapping[str, Mapping[str, str]] | None = None  # unknown until listed
-        if "configmaps" in self._synced:
-            config_maps = self._config_maps.get(namespace, _NO_CONFIG_MAPS)
-        # Positional: the compiled constructor parses keywords at several times the cost.
-        return Facts(
-            namespace,
-            self._namespaces.get(namespace),  # namespace_labels
-            tuple(self._quotas.get(namespace, _NO_QUOTAS).values()),  # quotas
-            self._usage.get(namespace, EMPTY_USAGE),  # usage
-            self._classes,  # priority_classes
-            self._node_index,  # nodes
-            self.age_seconds(),
-            config_maps,
-            None,  # secrets: never watched (see above)
-            self._provisionable,
-            self._runtimes.facts_for(namespace),  # serving_runtimes
-            self._dra.facts_for(namespace),  # dra
-            None,  # unheld: holds are ReservingFacts' to add
-            self._usages,  # every namespace's, for budgets over several
-            self._queues.facts_for(namespace),  # queues
-        )
+        return self.stores.facts_for(namespace, self.age_seconds())
 
     def age_seconds(self) -> float | None:
         """Seconds since the stalest kind last heard from the API server; inf before sync."""
@@ -197,7 +145,7 @@ class LiveCache:
 
     def webhook_seconds(self) -> float | None:
         """The longest the validating webhooks on pods may take; None: unknown."""
-        return self._webhooks.longest()
+        return self.stores.webhook_seconds()
 
     def pods_current(self) -> bool:
         """Whether the pods watch is listed, open and in step, so a pod stored now shows within
@@ -212,13 +160,14 @@ class LiveCache:
 
     @property
     def pod_count(self) -> int:
-        return len(self._pods)
+        return self.stores.pods.count()
 
     # ---- lifecycle --------------------------------------------------------------------
 
     def start(self) -> None:
-        for kind in KINDS + _OPTIONAL:
-            t = threading.Thread(target=self._run, args=(kind,), name=f"watch-{kind.name}")
+        for row in WATCHED.values():
+            name = f"watch-{row.kind.name}"
+            t = threading.Thread(target=self._run, args=(row,), name=name)
             t.daemon = True
             t.start()
             self._threads.append(t)
@@ -236,19 +185,16 @@ class LiveCache:
 
         ConfigMaps are optional here: an auditor who may not list them still gets an audit, and
         `envFrom` of a ConfigMap is then judged as unknown (the facts say None). So are the
-        autoscaler kinds (404: not installed; 403: provisioning unknown).
+        optional kinds (404: not installed; 403: unknown), as their stores record.
         """
         from kubernetes.client.exceptions import ApiException
 
-        for kind in KINDS + _OPTIONAL:
+        for row in WATCHED.values():
             try:
-                self._list(kind)
+                self._list(row)
             except ApiException as exc:
-                if kind in _OPTIONAL and self._not_served(kind, exc):
-                    continue
-                if kind.name != "configmaps" or exc.status != 403:
+                if not self._not_served(row, exc):
                     raise
-                log.warning("configmaps: not allowed to list them (403); envFrom is unknown")
 
     def wait_synced(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -258,118 +204,81 @@ class LiveCache:
 
     # ---- the informer loop ------------------------------------------------------------
 
-    def _not_served(self, kind: Kind, exc: Exception) -> bool:
-        """Whether an autoscaler kind's failure is the answer rather than an error: 404 (the
-        CRD is not installed: it holds nothing) or 403 (not allowed: unknown, warned)."""
+    def _not_served(self, row: Watched, exc: Exception) -> bool:
+        """Whether a failed list is the answer rather than an error, as the kind's store
+        records it: 404 (not served: it holds nothing) or 403 (not allowed: unknown, warned)."""
         status = getattr(exc, "status", None)
-        if status not in (404, 403):
+        if not isinstance(status, int):
             return False
-        if kind in SERVING_KINDS:
-            with self._lock:
-                return self._runtimes.not_served(kind.name, status)
-        if kind in WEBHOOK_KINDS:
-            with self._lock:
-                return self._webhooks.not_served(status)
         with self._lock:
-            if kind in QUEUE_KINDS:
-                return self._queues.not_served(kind.name, status)
-            if kind in DRA_KINDS:
-                self._dra.not_served(kind.name, forbidden=status == 403)
-            else:
-                self._autoscaling.pop(kind.name, None)
-                if status == 404:
-                    self._absent.add(kind.name)
-                else:
-                    self._absent.discard(kind.name)
-                self._provisionable = self._provisionable_now()
-        if status == 404:
-            log.info(
-                "%s: not installed (404); looking again in %.0fs", kind.name, self.recheck_seconds
-            )
-        else:
-            log.warning(
-                "%s: not allowed to list them (403); %s",
-                kind.name,
-                "pods' DRA claims are unknown, so they make no pod a GPU pod"
-                if kind in DRA_KINDS
-                else "the GPU nodes the cluster can create are unknown, so a missing one is a "
-                "warning",
-            )
-        return True
+            return self.stores.named[row.store].not_served(row.kind.name, status)
 
-    def _run(self, kind: Kind) -> None:
-        if kind.name == "pods":
-            # A pod's GPU product comes from its node's labels: have the nodes first.
-            while "nodes" not in self._synced and not self._stop.wait(0.05):
-                pass
+    def _run(self, row: Watched) -> None:
+        name = row.kind.name
+        # A pod's GPU product comes from its node's labels: have the nodes first.
+        while row.after and row.after not in self._synced and not self._stop.wait(0.05):
+            pass
         backoff = 0.2
         while not self._stop.is_set():
             try:
-                version = self._list(kind)
-                self._listed_once.add(kind.name)
+                version = self._list(row)
+                self._listed_once.add(name)
                 backoff = 0.2
                 while not self._stop.is_set():
-                    version = self._watch(kind, version)
+                    version = self._watch(row, version)
             except Gone:
-                self._failing.add(kind.name)
-                log.info("%s: resourceVersion expired (410 Gone); listing again", kind.name)
+                self._failing.add(name)
+                log.info("%s: resourceVersion expired (410 Gone); listing again", name)
                 continue
             except Exception as exc:
                 if self._stop.is_set():
                     return
-                self._failing.add(kind.name)
+                self._failing.add(name)
                 # A 403 on a kind listed before is a restarted apiserver's RBAC cache warming
                 # up: retried soon, what was listed kept (not forgotten for recheck_seconds).
-                transient = kind.name in self._listed_once and getattr(exc, "status", 0) == 403
-                if kind in _OPTIONAL and not transient and self._not_served(kind, exc):
+                transient = name in self._listed_once and getattr(exc, "status", 0) == 403
+                if row.optional and not transient and self._not_served(row, exc):
+                    log.info("%s: looking again in %.0fs", name, self.recheck_seconds)
                     self._stop.wait(self.recheck_seconds)
                     continue
-                log.warning("%s: %s; retrying in %.1fs", kind.name, describe(exc), backoff)
+                log.warning("%s: %s; retrying in %.1fs", name, describe(exc), backoff)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, self.max_backoff)
 
-    def _list(self, kind: Kind) -> str:
-        """Paged list into fresh structures, swapped in whole when the last page arrives.
-
-        Pods are reduced to summaries page by page, so memory holds one page of objects, not
-        the cluster; readers keep seeing the previous state until the swap, never a half-list;
-        and whatever was deleted while the watch was down is gone afterwards.
-        """
-        fresh = Fresh(self._node_product, self._node_memory)
-        count, version = 0, ""
-        size = min(self.page_size, kind.max_page or self.page_size)
-        # Pods: only the fields a summary reads are decoded (most of a relist's work).
-        decode = decode_pod_page if kind.name == "pods" else orjson.loads
-        for items, meta in pages(list_call(self.api_client, kind), size, decode=decode):
-            for obj in items:
-                fresh.add(kind.name, obj)
-                count += 1
-            version = str(meta.get("resourceVersion", ""))
-        self._swap(kind.name, fresh)
+    def _list(self, row: Watched) -> str:
+        """Paged list reduced into fresh items, handed to the kind's store whole when the last
+        page arrives: readers keep seeing the previous state until then, never a half-list,
+        and whatever was deleted while the watch was down is gone afterwards."""
+        name = row.kind.name
+        size = min(self.page_size, row.kind.max_page or self.page_size)
+        listed = pages(list_call(self.api_client, row.kind), size, decode=row.decode)
+        items, count, version = reduced(name, row.reduce, self.stores.nodes, listed)
+        with self._lock:
+            self.stores.named[row.store].replace(name, items)
         if self.on_relist is not None:
-            self.on_relist(kind.name)
-        self.relists[kind.name] += 1
-        self._contact[kind.name] = time.monotonic()
-        self._synced.add(kind.name)
+            self.on_relist(name)
+        self.relists[name] += 1
+        self._contact[name] = time.monotonic()
+        self._synced.add(name)
         self._all_synced = self._all_synced or self._synced.issuperset(_CORE)
-        self._failing.discard(kind.name)
-        log.info("%s: listed %d at resourceVersion %s", kind.name, count, version)
+        self._failing.discard(name)
+        log.info("%s: listed %d at resourceVersion %s", name, count, version)
         return version
 
-    def _watch(self, kind: Kind, version: str) -> str:
+    def _watch(self, row: Watched, version: str) -> str:
         """One watch request; returns the resourceVersion to resume from when it ends."""
-        fn = list_call(self.api_client, kind)
-        resp = fn(
+        name = row.kind.name
+        resp = list_call(self.api_client, row.kind)(
             watch=True,
             resource_version=version,
             allow_watch_bookmarks=True,
             timeout_seconds=self.watch_timeout,
             _preload_content=False,
         )
-        self._responses[kind.name] = resp
-        self._contact[kind.name] = time.monotonic()
+        self._responses[name] = resp
+        self._contact[name] = time.monotonic()
         try:
-            for line in lines_until_cut(resp, kind.name):
+            for line in lines_until_cut(resp, name):
                 event = orjson.loads(line)
                 kind_of, obj = event.get("type"), event.get("object") or {}
                 if kind_of == "ERROR":
@@ -377,132 +286,22 @@ class LiveCache:
                         raise Gone()
                     raise RuntimeError(f"watch error {obj.get('code')}: {obj.get('message')}")
                 version = str((obj.get("metadata") or {}).get("resourceVersion", version))
-                self._contact[kind.name] = time.monotonic()
+                self._contact[name] = time.monotonic()
                 if kind_of != "BOOKMARK":
-                    self._apply(kind.name, kind_of, obj)
+                    self._apply(row, kind_of == "DELETED", obj)
         finally:
-            self._responses.pop(kind.name, None)
+            self._responses.pop(name, None)
             resp.release_conn()
         return version
 
-    # ---- applying objects -------------------------------------------------------------
-
-    def _swap(self, kind: str, fresh: Fresh) -> None:
-        with self._lock:
-            if kind == "pods":
-                self._pods, self._usage = fresh.pods, fresh.usage
-                if self.reservations is not None:
-                    self.reservations.release_listed(fresh.pods.values())
-            elif kind == "namespaces":
-                self._namespaces = fresh.namespaces
-            elif kind == "nodes":
-                self._nodes = fresh.nodes
-                self._node_index = NodeIndex(fresh.nodes.values())
-            elif kind == "resourcequotas":
-                self._quotas = fresh.quotas
-            elif kind == "priorityclasses":
-                self._classes = fresh.classes
-            elif kind == "configmaps":
-                self._config_maps = fresh.config_maps
-            elif kind in SHAPES:
-                self._autoscaling[kind] = fresh.autoscaling
-                self._absent.discard(kind)
-                self._provisionable = self._provisionable_now()
-            elif kind in dra.KINDS:
-                self._dra.replace(kind, fresh.dra)
-            elif kind in servingruntimes.KINDS:
-                self._runtimes.replace(kind, fresh.runtimes)
-            elif kind == webhookconfigs.KIND:
-                self._webhooks.replace(fresh.webhooks)
-            elif kind in queues.KINDS:
-                self._queues.replace(kind, fresh.queues)
-
-    def _provisionable_now(self) -> Provisioning | None:
-        """Every listed autoscaler kind's shapes (`provisioning.listed_shapes`)."""
-        names = tuple(k.name for k in PROVISIONING_KINDS)
-        return listed_shapes(names, self._autoscaling, self._absent)
-
-    def _node_product(self, name: str) -> str:
-        node = self._nodes.get(name)
-        return node.labels.get(GPU_PRODUCT_LABEL, "") if node else ""
-
-    def _node_memory(self, name: str) -> int | None:
-        node = self._nodes.get(name)
-        return memory_of(node.labels) if node else None
-
-    def _apply(self, kind: str, event: str, obj: dict[str, Any]) -> None:
+    def _apply(self, row: Watched, deleted: bool, obj: dict[str, Any]) -> None:
+        """One watch event into the kind's store: the object as it is kept now, or None."""
         meta = obj.get("metadata") or {}
-        name, ns = meta.get("name", ""), meta.get("namespace", "")
-        deleted = event == "DELETED"
+        namespace, name = meta.get("namespace", ""), meta.get("name", "")
+        item = None if deleted else row.reduce(row.kind.name, obj, self.stores.nodes)
+        value = None if item is None else item[2]
         with self._lock:
-            if kind == "pods":
-                self._apply_pod((ns, name), None if deleted else obj)
-            elif kind == "namespaces":
-                if deleted:
-                    self._namespaces.pop(name, None)
-                else:
-                    self._namespaces[name] = dict(meta.get("labels") or {})
-            elif kind == "nodes":
-                node = None if deleted else objects.node(obj)
-                if self._nodes.get(name) == node:
-                    return  # a status heartbeat: nothing the rules read has changed
-                if node is None:
-                    self._nodes.pop(name, None)
-                else:
-                    self._nodes[name] = node
-                self._node_index = NodeIndex(self._nodes.values())
-            elif kind == "resourcequotas":
-                quotas = dict(self._quotas.get(ns, {}))
-                if deleted:
-                    quotas.pop(name, None)
-                else:
-                    quotas[name] = objects.quota(obj)
-                self._quotas[ns] = quotas
-            elif kind == "priorityclasses":
-                classes = dict(self._classes)
-                if deleted:
-                    classes.pop(name, None)
-                else:
-                    classes[name] = objects.priority_class(obj)
-                self._classes = classes
-            elif kind == "configmaps":
-                keys = {} if deleted else objects.config_map_keys(obj)
-                objects.put_config_map_keys(self._config_maps, ns, name, keys)
-            elif kind == webhookconfigs.KIND:
-                self._webhooks.put(name, None if deleted else webhookconfigs.reduce(obj)[1])
-            elif kind in queues.KINDS:
-                self._queues.put(kind, ns, name, None if deleted else queues.reduce(kind, obj)[2])
-            elif kind in servingruntimes.KINDS:
-                runtime = None if deleted else servingruntimes.reduce(kind, obj)[1]
-                self._runtimes.put(kind, ns, name, runtime)
-            elif kind in dra.KINDS:
-                self._dra.put(kind, ns, name, None if deleted else dra.reduce(kind, obj)[2])
-                owner = dra.claim_owner(obj) if kind == "resourceclaims" and not deleted else ""
-                if owner and self.reservations is not None:
-                    # The claim made for an admitted pod now counts: its hold has done its job.
-                    self.reservations.release_for(PodGpus(ns, owner, "", {}))
-            elif kind in SHAPES:
-                shapes = dict(self._autoscaling.get(kind, {}))
-                if deleted:
-                    shapes.pop((ns, name), None)
-                else:
-                    shapes[(ns, name)] = SHAPES[kind](obj)
-                self._autoscaling[kind] = shapes
-                self._provisionable = self._provisionable_now()
-
-    def _apply_pod(self, key: tuple[str, str], obj: dict[str, Any] | None) -> None:
-        old = self._pods.pop(key, None)
-        if old is not None and old.phase not in TERMINATED:
-            self._count(old, -1)
-        new = objects.pod_summary(obj, self._node_product, self._node_memory) if obj else None
-        if new is None:
-            return
-        self._pods[key] = new
-        if new.phase not in TERMINATED:
-            self._count(new, 1)
-        if old is None and self.reservations is not None:
-            self.reservations.release_for(new)
-
-    def _count(self, pod: PodGpus, sign: int) -> None:
-        """A new usage total for the pod's namespace; readers may hold the old one."""
-        self._usage[pod.namespace] = self._usage.get(pod.namespace, EMPTY_USAGE).plus([pod], sign)
+            self.stores.named[row.store].put(row.kind.name, namespace, name, value)
+            released = row.releases(row.kind.name, obj) if row.releases and not deleted else None
+            if released is not None and self.reservations is not None:
+                self.reservations.release_for(released)  # its hold has done its job

@@ -34,7 +34,6 @@ __all__ = [
     "node",
     "pod_summary",
     "priority_class",
-    "put_config_map_keys",
     "quota",
 ]
 
@@ -174,26 +173,6 @@ def config_map_keys(obj: dict[str, Any]) -> dict[str, str]:
         k: v if len(v) <= _MAX_VALUE else v[:_MAX_VALUE] + "…"
         for k, v in visible_devices_keys(data).items()
     }
-
-
-def put_config_map_keys(
-    table: dict[str, dict[str, dict[str, str]]], ns: str, name: str, keys: dict[str, str]
-) -> None:
-    """One ConfigMap event into the cache's table (namespace -> name -> relevant keys): a new
-    map for the namespace when its relevant keys changed, else nothing; a ConfigMap with none
-    is not kept. Most events (any edit of a ConfigMap without such a key) touch nothing."""
-    current = table.get(ns, {})
-    if current.get(name) == (keys or None):
-        return
-    maps = dict(current)
-    if keys:
-        maps[name] = keys
-    else:
-        maps.pop(name, None)
-    if maps:
-        table[ns] = maps
-    else:
-        table.pop(ns, None)
 
 
 def quota(obj: dict[str, Any]) -> Quota:

@@ -294,7 +294,10 @@ class QueueStore:
         self._rebuild()
 
     def not_served(self, kind: str, status: int) -> bool:
-        """A 404 (not installed: known, none) or 403 (not readable: unknown)."""
+        """Whether a failed list is the answer: 404 (not installed: known, none) or 403 (not
+        readable: unknown). Anything else is an error to retry."""
+        if status not in (404, 403):
+            return False
         self._items.pop(kind, None)
         if status == 404:
             self._absent.add(kind)

@@ -111,10 +111,11 @@ def serving_runtime(obj: Mapping[str, Any], *, cluster: bool) -> ServingRuntime:
     )
 
 
-def reduce(kind: str, obj: Mapping[str, Any]) -> tuple[str, ServingRuntime]:
-    """(namespace, runtime) of one object of `kind` (NAMESPACED_KIND or CLUSTER_KIND)."""
+def reduce(kind: str, obj: Mapping[str, Any]) -> tuple[str, str, ServingRuntime]:
+    """(namespace, name, runtime) of one object of `kind` (NAMESPACED_KIND or CLUSTER_KIND)."""
     namespace = str(_dict(obj.get("metadata")).get("namespace") or "")
-    return namespace, serving_runtime(obj, cluster=kind == CLUSTER_KIND)
+    runtime = serving_runtime(obj, cluster=kind == CLUSTER_KIND)
+    return namespace, runtime.name, runtime
 
 
 class RuntimeStore:
@@ -142,19 +143,20 @@ class RuntimeStore:
             store.replace(kind, [reduce(kind, o) for o in objects])
         return store
 
-    def replace(self, kind: str, items: Iterable[tuple[str, ServingRuntime]]) -> None:
+    def replace(self, kind: str, items: Iterable[tuple[str, str, ServingRuntime]]) -> None:
         """A whole list of one kind (a relist), as `reduce` gives them: all there is."""
         if kind == CLUSTER_KIND:
-            self._cluster = MappingProxyType({rt.name: rt for _, rt in items})
+            self._cluster = MappingProxyType({rt.name: rt for _, _, rt in items})
         else:
             grouped: dict[str, dict[str, ServingRuntime]] = {}
-            for namespace, runtime in items:
+            for namespace, _, runtime in items:
                 grouped.setdefault(namespace, {})[runtime.name] = runtime
             self._namespaced = {ns: MappingProxyType(rs) for ns, rs in grouped.items()}
         self._known.add(kind)
 
-    def put(self, kind: str, namespace: str, name: str, runtime: ServingRuntime | None) -> None:
+    def put(self, kind: str, namespace: str, name: str, value: ServingRuntime | None) -> None:
         """One watch event: the runtime as it is now, or None when it was deleted."""
+        runtime = value
         cluster = kind == CLUSTER_KIND
         runtimes = dict(self._cluster if cluster else self._namespaced.get(namespace, _NONE))
         if runtime is None:
@@ -168,7 +170,7 @@ class RuntimeStore:
         else:
             self._namespaced.pop(namespace, None)
 
-    def not_served(self, kind: str, status: object) -> bool:
+    def not_served(self, kind: str, status: int) -> bool:
         """Whether a failed list is an answer: 404 (KServe not installed: known, none) or 403
         (we may not read them: unknown, warned). Anything else is an error to retry."""
         if status not in (404, 403):

@@ -7,60 +7,38 @@ snapshot.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from types import MappingProxyType
 
 from webhook.facts import dra
 from webhook.facts.census import Census
 from webhook.facts.model import (
-    EMPTY_USAGE,
-    TERMINATED,
     Facts,
     Node,
     NodeIndex,
     PodGpus,
     PriorityClass,
-    Provisioned,
     Quota,
-    Usage,
     visible_devices_keys,
 )
 from webhook.facts.provisioning import Provisioning, by_namespace
 from webhook.facts.queues import QueueStore
 from webhook.facts.servingruntimes import RuntimeStore
-from webhook.facts.usages import NamespaceUsages
+from webhook.facts.stores import Item, ProvisioningStore, Stores
 from webhook.facts.webhookconfigs import WebhookTimeouts
 
 __all__ = ["StaticSnapshot"]
 
 
-# Namespace -> name -> the keys `envFrom` could turn into NVIDIA_VISIBLE_DEVICES.
-EnvSources = Mapping[str, Mapping[str, Mapping[str, str]]]
-_NONE_HERE: Mapping[str, Mapping[str, str]] = MappingProxyType({})
-
-
-def _env_sources(
-    items: Iterable[tuple[str, str, Mapping[str, str]]] | None,
-) -> dict[str, dict[str, dict[str, str]]] | None:
-    """(namespace, name, data) -> the relevant keys by namespace and name; None stays None.
-
-    An object with no relevant key is not kept: absent reads as "no such key", as it is.
-    """
-    if items is None:
-        return None
-    out: dict[str, dict[str, dict[str, str]]] = {}
-    for namespace, name, data in items:
-        keys = visible_devices_keys(data)
-        if keys:
-            out.setdefault(namespace, {})[name] = keys
-        elif name in out.get(namespace, {}):  # a later entry of the same name replaces it
-            del out[namespace][name]
-    return out
+def _env_sources(items: Iterable[tuple[str, str, Mapping[str, str]]]) -> list[Item]:
+    """(namespace, name, data) -> the same with only the keys `envFrom` could turn into
+    NVIDIA_VISIBLE_DEVICES (`ConfigMapStore` keeps those)."""
+    return [(namespace, name, visible_devices_keys(data)) for namespace, name, data in items]
 
 
 class StaticSnapshot:
-    """Cluster facts frozen in a file. Never stale: `age_seconds` is None."""
+    """Cluster facts frozen in a file. Never stale: `age_seconds` is None.
+
+    Held in the stores the live cache keeps (`webhook.facts.stores`), each filled once."""
 
     def __init__(
         self,
@@ -81,72 +59,46 @@ class StaticSnapshot:
     ) -> None:
         """`config_maps` and `secrets` are (namespace, name, data) with data decoded; None
         means the kind is unknown, as for `provisionable` (shapes the cluster can create; given
-        as bare shapes, they count as those of cluster-scoped objects)."""
-        self._namespaces = {k: dict(v) for k, v in namespaces.items()}
-        self._nodes = NodeIndex(nodes)
-        grouped: dict[str, list[Quota]] = defaultdict(list)
-        for q in quotas:
-            grouped[q.namespace].append(q)
-        self._quotas = {ns: tuple(qs) for ns, qs in grouped.items()}
-        self._classes = {pc.name: pc for pc in priority_classes}
-        self._usage: dict[str, Usage] = defaultdict(Usage)
-        for pod in pods:
-            if pod.phase not in TERMINATED:
-                self._usage[pod.namespace].add(pod)
-        self._usage = dict(self._usage)
-        self._config_maps = _env_sources(config_maps)
-        self._secrets = _env_sources(secrets)
-        self._provisionable: Provisioned | None = None
+        as bare shapes, they count as those of cluster-scoped objects). The DRA, KServe,
+        webhook and queue stores are None when the snapshot knows nothing of them."""
+        provisioned: Provisioning | None = None
         if isinstance(provisionable, Provisioning):
-            self._provisionable = provisionable
+            provisioned = provisionable
         elif provisionable is not None:
-            self._provisionable = by_namespace([("", tuple(provisionable))])
-        self._dra = dra_cache  # DeviceClasses, claim templates, claims; None: unknown
-        self._runtimes = serving_runtimes  # KServe's; None: unknown
-        self._webhooks = webhooks  # validating webhook configurations; None: unknown
-        self._queues = queues  # Kueue's and KAI's queues; None: unknown
-        self.census = census  # who runs where (`rules check`); None: not known
-        # What every namespace holds, for budgets over several namespaces.
-        self._usages = NamespaceUsages(
-            lambda: self._usage,
-            lambda: self._namespaces,
-            dra_cache.claim_devices if dra_cache is not None else lambda: {},
+            provisioned = by_namespace([("", tuple(provisionable))])
+        stores = Stores(
+            provisioning=ProvisioningStore.of(provisioned),
+            dra=dra_cache,
+            runtimes=serving_runtimes,
+            webhooks=webhooks,
+            queues=queues,
         )
+        stores.namespaces.replace("namespaces", [("", k, dict(v)) for k, v in namespaces.items()])
+        stores.nodes.replace("nodes", [("", n.name, n) for n in nodes])
+        stores.quotas.replace("resourcequotas", [(q.namespace, q.name, q) for q in quotas])
+        stores.classes.replace("priorityclasses", [("", c.name, c) for c in priority_classes])
+        stores.pods.replace("pods", [(p.namespace, p.name, p) for p in pods])
+        if config_maps is not None:
+            stores.config_maps.replace("configmaps", _env_sources(config_maps))
+        if secrets is not None:
+            stores.secrets.replace("secrets", _env_sources(secrets))
+        self._stores = stores
+        self.census = census  # who runs where (`rules check`); None: not known
 
     def node_index(self) -> NodeIndex:
-        return self._nodes
+        return self._stores.nodes.facts_for("")
 
     def namespace_labels(self) -> dict[str, dict[str, str]]:
         """Every namespace the snapshot lists, with its labels (`rules check` looks for
         overrides that cross in one of them)."""
-        return {k: dict(v) for k, v in self._namespaces.items()}
+        return {k: dict(v) for k, v in self._stores.namespaces.table().items()}
 
     def served_names(self) -> frozenset[str]:
-        return self._dra.served_names() if self._dra is not None else frozenset()
+        return self._stores.served_names()
 
     def webhook_seconds(self) -> float | None:
         """The longest the validating webhooks on pods may take; None: unknown."""
-        return self._webhooks.longest() if self._webhooks is not None else None
+        return self._stores.webhook_seconds()
 
     def facts_for(self, namespace: str) -> Facts:
-        runtimes = self._runtimes
-        return Facts(
-            namespace=namespace,
-            namespace_labels=self._namespaces.get(namespace),
-            quotas=self._quotas.get(namespace, ()),
-            usage=self._usage.get(namespace, EMPTY_USAGE),
-            priority_classes=self._classes,
-            nodes=self._nodes,
-            config_maps=_in(self._config_maps, namespace),
-            secrets=_in(self._secrets, namespace),
-            provisionable=self._provisionable,
-            dra=None if self._dra is None else self._dra.facts_for(namespace),
-            serving_runtimes=runtimes.facts_for(namespace) if runtimes is not None else None,
-            usages=self._usages,
-            queues=None if self._queues is None else self._queues.facts_for(namespace),
-        )
-
-
-def _in(sources: EnvSources | None, namespace: str) -> Mapping[str, Mapping[str, str]] | None:
-    """One namespace's part: empty when it has none, None when the kind is unknown."""
-    return None if sources is None else sources.get(namespace, _NONE_HERE)
+        return self._stores.facts_for(namespace, None)

@@ -1,8 +1,11 @@
 """What the live cache lists and watches, and how it reads the API server's answers.
 
 The kinds: the core ones every cluster serves (part of `synced`), and the optional CRDs
-(autoscalers, DRA, KServe runtimes) whose absence (404) is a fact rather than a failure. The
-reading: paged lists and watch streams as raw JSON lines, never the client's models.
+(autoscalers, DRA, KServe runtimes, queues) whose absence (404) is a fact rather than a
+failure. `WATCHED` is the table the cache runs on: for each kind, how to list it, the reducer
+that makes the compact value kept of one object, and the store (`webhook.facts.stores`) that
+keeps it; a kind more is one row more. The reading: paged lists and watch streams as raw JSON
+lines, never the client's models.
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ from typing import Any
 
 import orjson
 
-from webhook.facts import dra, queues, servingruntimes, webhookconfigs
-from webhook.facts.model import Node
+from webhook.facts import dra, objects, queues, servingruntimes, webhookconfigs
+from webhook.facts.model import Node, PodGpus
+from webhook.facts.podpages import decode_pod_page
 from webhook.facts.provisioning import machine_group_shapes, node_pool_shapes
+from webhook.facts.stores import UNTOLD, Item, NodeStore
 
 __all__ = [
     "DRA_KINDS",
@@ -26,8 +31,10 @@ __all__ = [
     "QUEUE_KINDS",
     "SERVING_KINDS",
     "SHAPES",
+    "WATCHED",
     "WEBHOOK_KINDS",
     "Kind",
+    "Watched",
     "describe",
     "lines_until_cut",
     "pages",
@@ -104,6 +111,111 @@ QUEUE_KINDS = tuple(
 WEBHOOK_KINDS = (
     Kind(webhookconfigs.KIND, "admissionregistration", "list_validating_webhook_configuration"),
 )
+
+# ---- the table: each kind's reducer and store ---------------------------------------------
+
+# One object of a kind as its store keeps it, or None when nothing of it is kept (a pod of no
+# GPU, a ConfigMap without a relevant key); `nodes` gives a pod its node's GPU product.
+Reducer = Callable[[str, dict[str, Any], NodeStore], Item | None]
+
+
+@dataclass(frozen=True)
+class Watched:
+    """One watched kind: how to list it, what is kept of an object, and where."""
+
+    kind: Kind
+    reduce: Reducer
+    store: str  # the name of its store in `Stores.named`
+    # A kind the cluster may not serve (a CRD, an API group): a 404 or 403 on its list is a
+    # fact its store records (`Store.not_served`), looked for again later; a core kind's
+    # failure is an error retried with backoff, and its first list is part of `synced`.
+    optional: bool = False
+    decode: Callable[[bytes], dict[str, Any]] = orjson.loads  # a list page's body
+    after: str = ""  # a kind listed before this one starts (a pod's product is its node's)
+    # Called with each object a watch adds or changes (not deleted): the pod whose hold an
+    # object ends, if any (a claim made from a template for an admitted pod now counts).
+    releases: Callable[[str, dict[str, Any]], PodGpus | None] | None = None
+
+
+def _meta(obj: dict[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return meta.get("namespace", ""), meta.get("name", "")
+
+
+def _pod(kind: str, obj: dict[str, Any], nodes: NodeStore) -> Item | None:
+    pod = objects.pod_summary(obj, nodes.product, nodes.memory)
+    return None if pod is None else (pod.namespace, pod.name, pod)
+
+
+def _namespace(kind: str, obj: dict[str, Any], nodes: NodeStore) -> Item:
+    meta = obj.get("metadata") or {}
+    return "", meta.get("name", ""), dict(meta.get("labels") or {})
+
+
+def _node(kind: str, obj: dict[str, Any], nodes: NodeStore) -> Item:
+    return "", _meta(obj)[1], objects.node(obj)
+
+
+def _quota(kind: str, obj: dict[str, Any], nodes: NodeStore) -> Item:
+    quota = objects.quota(obj)
+    return quota.namespace, quota.name, quota
+
+
+def _priority_class(kind: str, obj: dict[str, Any], nodes: NodeStore) -> Item:
+    return "", _meta(obj)[1], objects.priority_class(obj)
+
+
+def _config_map(kind: str, obj: dict[str, Any], nodes: NodeStore) -> Item | None:
+    keys = objects.config_map_keys(obj)
+    return (*_meta(obj), keys) if keys else None
+
+
+def _shapes(kind: str, obj: dict[str, Any], nodes: NodeStore) -> Item:
+    shapes = SHAPES[kind](obj)
+    return (*_meta(obj), UNTOLD if shapes is None else shapes)
+
+
+def _dra(kind: str, obj: dict[str, Any], nodes: NodeStore) -> Item:
+    return dra.reduce(kind, obj)
+
+
+def _runtime(kind: str, obj: dict[str, Any], nodes: NodeStore) -> Item:
+    return servingruntimes.reduce(kind, obj)
+
+
+def _webhooks(kind: str, obj: dict[str, Any], nodes: NodeStore) -> Item:
+    return webhookconfigs.reduce(obj)
+
+
+def _queue(kind: str, obj: dict[str, Any], nodes: NodeStore) -> Item:
+    return queues.reduce(kind, obj)
+
+
+def _claim_made_for(kind: str, obj: dict[str, Any]) -> PodGpus | None:
+    owner = dra.claim_owner(obj) if kind == "resourceclaims" else ""
+    return PodGpus(_meta(obj)[0], owner, "", {}) if owner else None
+
+
+def _table() -> dict[str, Watched]:
+    core = {k.name: k for k in KINDS}
+    rows = [
+        Watched(core["namespaces"], _namespace, "namespaces"),
+        Watched(core["nodes"], _node, "nodes"),
+        Watched(core["resourcequotas"], _quota, "quotas"),
+        Watched(core["priorityclasses"], _priority_class, "classes"),
+        Watched(core["pods"], _pod, "pods", decode=decode_pod_page, after="nodes"),
+        Watched(core["configmaps"], _config_map, "config_maps"),
+    ]
+    rows += [Watched(k, _shapes, "provisioning", True) for k in PROVISIONING_KINDS]
+    rows += [Watched(k, _dra, "dra", True, releases=_claim_made_for) for k in DRA_KINDS]
+    rows += [Watched(k, _runtime, "runtimes", True) for k in SERVING_KINDS]
+    rows += [Watched(k, _webhooks, "webhooks", True) for k in WEBHOOK_KINDS]
+    rows += [Watched(k, _queue, "queues", True) for k in QUEUE_KINDS]
+    return {row.kind.name: row for row in rows}
+
+
+# Every kind the cache watches, in the order they start (nodes before pods), by name.
+WATCHED: dict[str, Watched] = _table()
 
 
 def pages(

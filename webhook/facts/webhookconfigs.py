@@ -100,7 +100,7 @@ class WebhookTimeouts:
     @classmethod
     def from_objects(cls, objects: Iterable[Mapping[str, Any]]) -> WebhookTimeouts:
         store = cls()
-        store.replace(reduce(o) for o in objects)
+        store.replace(KIND, (reduce(o) for o in objects))
         return store
 
     def longest(self) -> float | None:
@@ -108,15 +108,20 @@ class WebhookTimeouts:
         pods; None when the configurations are not known."""
         return self._longest
 
-    def replace(self, items: Iterable[tuple[str, int | None]]) -> None:
+    def facts_for(self, namespace: str) -> float | None:
+        """The same for every namespace (`longest`)."""
+        return self._longest
+
+    def replace(self, kind: str, items: Iterable[tuple[str, str, int | None]]) -> None:
         """A whole list (`reduce`d): what was there before is gone."""
-        self._waits = {name: wait for name, wait in items if wait is not None}
+        self._waits = {name: wait for _, name, wait in items if wait is not None}
         self._known = True
         self._changed()
 
-    def put(self, name: str, wait: int | None) -> None:
+    def put(self, kind: str, namespace: str, name: str, value: int | None) -> None:
         """One watch event: the configuration's wait now, or None (deleted, or nothing on
         pods)."""
+        wait = value
         if wait is None:
             self._waits.pop(name, None)
         else:
@@ -124,7 +129,7 @@ class WebhookTimeouts:
         if self._known:
             self._changed()
 
-    def not_served(self, status: object) -> bool:
+    def not_served(self, kind: str, status: int) -> bool:
         """Whether a failed list is an answer: 403 (we may not read them) or 404 (not served
         here) leaves them unknown, warned; the settle time is then `--hold-settle-seconds`.
         Anything else is an error to retry."""
@@ -153,8 +158,8 @@ class WebhookTimeouts:
             self._longest = longest
 
 
-def reduce(obj: Mapping[str, Any]) -> tuple[str, int | None]:
-    """(name, wait on pod creates) of one ValidatingWebhookConfiguration."""
+def reduce(obj: Mapping[str, Any]) -> tuple[str, str, int | None]:
+    """("", name, wait on pod creates) of one ValidatingWebhookConfiguration."""
     meta = obj.get("metadata")
     name = meta.get("name", "") if isinstance(meta, dict) else ""
-    return (name if isinstance(name, str) else "", pod_timeout(obj))
+    return "", name if isinstance(name, str) else "", pod_timeout(obj)
