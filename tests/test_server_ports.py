@@ -26,7 +26,7 @@ from test_server_limits import (
 )
 
 from webhook.server import app as server_app
-from webhook.server.limits import Limits
+from webhook.server.http.limits import Limits
 from webhook.server.reload import RuleHolder
 
 

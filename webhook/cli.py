@@ -26,7 +26,7 @@ MIB = 1024 * 1024
 def _serve(args: argparse.Namespace) -> int:
     from webhook.logs import setup
     from webhook.server.app import serve
-    from webhook.server.limits import Limits
+    from webhook.server.http.limits import Limits
 
     setup(args.log_level, args.log_format)
     from webhook.ruleset.files import rules_origin

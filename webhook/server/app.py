@@ -2,16 +2,15 @@
 `Admission.review` (admission.py), and `serve` puts it all together.
 
 Probes and /metrics live on a separate plain-HTTP port, so `--client-ca` can lock the webhook
-port to the apiserver without locking out the kubelet and Prometheus. What each client may
-cost is kept below the routes: http1.py, limits.py, connections.py, body.py; ports.py starts
-and drains.
+port to the apiserver without locking out the kubelet and Prometheus. The HTTP itself, and
+what each client may cost, is the HTTP wing's (`webhook.server.http`); the cluster facts come
+from `webhook.facts.sources`; process-wide GC and allocator tuning is process.py's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import ssl
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
@@ -24,27 +23,25 @@ from prometheus_client.registry import Collector
 
 from webhook.engine.build import engine_build
 from webhook.engine.pipeline import Stage
-from webhook.facts.live import LiveCache
-from webhook.facts.reservations import Reservations, ReservingFacts
-from webhook.facts.snapshotfile import load_snapshot
-from webhook.server.admission import Admission, ClusterSource
+from webhook.facts.reservations import Reservations
+from webhook.facts.sources import ClusterSource, cluster_source
+from webhook.server import process
+from webhook.server.admission import Admission
 from webhook.server.certexpiry import watch_serving_cert
 from webhook.server.components import unattended_namespaces
-from webhook.server.limits import Limits, ServerState, map_large_buffers
+from webhook.server.http.limits import Limits, ServerState
+from webhook.server.http.ports import serve_until_signalled
+from webhook.server.http.routes import Routes
+from webhook.server.http.tls import make_ssl_context
 from webhook.server.metrics import (
     decisions,
     watch_cluster_facts,
 )
-from webhook.server.ports import serve_until_signalled
 from webhook.server.reload import RuleHolder
-from webhook.server.routes import Routes
 from webhook.server.stages import StageTotals
-from webhook.server.tls import make_ssl_context
 
 __all__ = [
     "Admission",
-    "ClusterSource",
-    "cluster_source",
     "hold_expirer",
     "make_app",
     "make_probe_app",
@@ -70,57 +67,6 @@ def live_cache_context(cluster: ClusterSource) -> Callable[[], AsyncIterator[Non
             await asyncio.get_running_loop().run_in_executor(None, live.stop)
 
     return run
-
-
-def live_source(
-    kubeconfig: Path | None, hold_seconds: float = 30.0, hold_settle_seconds: float = 10.0
-) -> ClusterSource:
-    """Facts from the API server: a kubeconfig file, or the pod's service account in-cluster.
-    A hold ends `hold_settle_seconds` after it was taken while the pods watch is current, or
-    later when a validating webhook on pods may take longer (`Reservations.periods`)."""
-    from kubernetes import client, config
-
-    cfg = client.Configuration()
-    if kubeconfig is not None:
-        config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
-    else:
-        config.load_incluster_config(client_configuration=cfg)
-    reservations = Reservations(ttl=hold_seconds, settle=hold_settle_seconds)
-    live = LiveCache(client.ApiClient(cfg), reservations=reservations, on_relist=_freeze_after)
-    return ClusterSource(ReservingFacts(live, reservations), reservations, live)
-
-
-def _freeze_after(kind: str) -> None:
-    """After a pods relist: 100k summaries are long-lived, so move them out of the cyclic GC's
-    sight, or every full collection walks them all and shows as a p99 spike in admission."""
-    if kind == "pods":
-        gc.collect()
-        gc.freeze()
-
-
-def cluster_source(
-    *,
-    snapshot: Path | None = None,
-    kubeconfig: Path | None = None,
-    in_cluster: bool = False,
-    hold_seconds: float = 30.0,
-    hold_settle_seconds: float = 10.0,
-) -> ClusterSource:
-    """The facts `serve` judges with, GPU holds lasting `hold_seconds` (0: none) included.
-    From a snapshot no watch will ever show a pod: holds last their full period."""
-    if snapshot is not None:
-        reservations = Reservations(ttl=hold_seconds)
-        log.info("cluster facts from the snapshot %s", snapshot)
-        return ClusterSource(ReservingFacts(load_snapshot(snapshot), reservations), reservations)
-    if kubeconfig is not None or in_cluster:
-        source = live_source(kubeconfig, hold_seconds, hold_settle_seconds)
-        live = source.live
-        assert live is not None
-        watch_cluster_facts(live.age_seconds, lambda: live.pod_count)
-        log.info("cluster facts from list+watch (%s)", kubeconfig or "in-cluster")
-        return source
-    log.warning("no cluster facts: quota, priority and schedulability rules are off")
-    return ClusterSource()
 
 
 def make_app(
@@ -307,9 +253,13 @@ def serve(
         in_cluster=in_cluster,
         hold_seconds=hold_seconds,
         hold_settle_seconds=hold_settle_seconds,
+        on_relist=process.freeze_after_relist,
     )
+    if source.live is not None:
+        live = source.live
+        watch_cluster_facts(live.age_seconds, lambda: live.pod_count)
     if release_memory:
-        map_large_buffers()
+        process.map_large_buffers()
     state = ServerState(limits, release_memory=release_memory)
     totals = StageTotals() if profile_stages else None
     if totals is not None:
@@ -332,12 +282,7 @@ def serve(
         loop_factory = uvloop.new_event_loop
     except ImportError:  # pragma: no cover - uvloop is a Linux/macOS dependency
         loop_factory = None
-    # Everything loaded so far lives as long as the process: take it out of the cyclic GC's
-    # sight, and collect the young generation less often, so per-request garbage (a parsed
-    # object is a few hundred dicts) does not trigger walks over the whole heap.
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(20_000, 20, 20)
+    process.freeze_heap()
     with asyncio.Runner(loop_factory=loop_factory) as runner:
         runner.run(
             serve_until_signalled(

@@ -1,5 +1,6 @@
 """What each client may cost, and the shared state that keeps it so: the limits (`serve`
-flags), the large-body budget, memory handed back to the OS, and the draining flag.
+flags), the large-body budget, when memory is handed back to the OS (how: process.py), and
+the draining flag.
 
 Both ports share one `ServerState`; the connection layer and the body reader enforce it.
 """
@@ -7,12 +8,11 @@ Both ports share one `ServerState`; the connection layer and the body reader enf
 from __future__ import annotations
 
 import asyncio
-import ctypes
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import cast
 
 from prometheus_client import Counter
+
+from webhook.server import process
 
 # Every cut, wherever a limit is enforced: the listener's cap and sweep, a connection's parser.
 CUT = Counter(
@@ -68,43 +68,6 @@ class Limits:
         return self.body_timeout + RESPONSE_GRACE
 
 
-def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's malloc_trim, or None (musl, macOS): only an optimisation."""
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return None
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-    return cast(Callable[[int], int], trim)
-
-
-# glibc's mallopt parameters. Buffers of 1 MiB or more (large bodies) are mapped on their own;
-# the heap top is trimmed past 2 MiB free, glibc's own ratio. Lower thresholds cost every
-# request: a TLS read allocates a 256 KiB buffer, which would then be mapped and unmapped
-# (or the heap grown and trimmed) each time, ~25% more CPU per review.
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-MMAP_THRESHOLD = 1 * MiB
-TRIM_THRESHOLD = 2 * MiB
-
-
-def map_large_buffers() -> bool:
-    """Have glibc map every buffer of 1 MiB or more on its own, so freeing one gives its
-    memory straight back to the OS. glibc's default threshold grows (up to 32 MiB) after the
-    first large free, after which body buffers and TLS reads come from the heap and RSS stays
-    at its high-water mark (bench/abuse.py, stalled uploads; figures in docs/threat-model.md).
-    Process-wide, so `serve` calls it, not the app."""
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
-    return bool(
-        mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)
-    )
-
-
 class ServerState:
     """What both ports share: limits, the large-body budget, and whether shutdown began."""
 
@@ -112,7 +75,7 @@ class ServerState:
         self.limits = limits or Limits()
         self.draining = False  # SIGTERM seen: /readyz fails, answers say Connection: close
         self.body_bytes = 0  # large-body bytes promised to requests being read or handled
-        self._trim = _malloc_trim() if release_memory else None
+        self._trim = process.malloc_trim() if release_memory else None
         self._trim_pending = False
         self._trimmed_at = float("-inf")
 
