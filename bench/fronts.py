@@ -66,8 +66,8 @@ def run_aiohttp_front(port: int, cert: str, key: str, rules: str, snapshot: str)
 
     from webhook.facts.sources import cluster_source
     from webhook.server.app import hold_expirer, make_app
-    from webhook.server.http.limits import ServerState
     from webhook.server.http.routes import Answer, Request
+    from webhook.server.http.state import ServerState
     from webhook.server.http.tls import make_ssl_context
     from webhook.server.process import map_large_buffers
     from webhook.server.reload import RuleHolder

@@ -21,9 +21,10 @@ from hypothesis import strategies as st
 from test_server_limits import GPU_POD, read_response  # as the limit tests send and read
 
 from webhook.server.app import make_app
-from webhook.server.http.limits import Limits, ServerState
+from webhook.server.http.limits import Limits
 from webhook.server.http.ports import Servers, start_servers
 from webhook.server.http.protocol import MAX_HEAD, MAX_URL, Connection, Phase
+from webhook.server.http.state import ServerState
 from webhook.server.reload import RuleHolder
 
 PATIENCE = 5.0

@@ -22,8 +22,9 @@ from conftest import ROOT, review_for, serving
 
 from webhook.server import process as server_process
 from webhook.server.app import make_app, make_probe_app
-from webhook.server.http.limits import Limits, ServerState
+from webhook.server.http.limits import Limits
 from webhook.server.http.ports import Servers, start_servers
+from webhook.server.http.state import ServerState
 from webhook.server.http.tls import make_ssl_context
 from webhook.server.reload import RuleHolder
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from webhook.facts.holdtimes import HOLD_SECONDS, HOLD_SETTLE_SECONDS
 from webhook.facts.live import LiveCache
 from webhook.facts.model import FactsSource
 from webhook.facts.reservations import Reservations, ReservingFacts
@@ -34,8 +35,8 @@ class ClusterSource:
 
 def live_source(
     kubeconfig: Path | None,
-    hold_seconds: float = 30.0,
-    hold_settle_seconds: float = 10.0,
+    hold_seconds: float = HOLD_SECONDS,
+    hold_settle_seconds: float = HOLD_SETTLE_SECONDS,
     *,
     on_relist: Callable[[str], None] | None = None,
 ) -> ClusterSource:
@@ -60,8 +61,8 @@ def cluster_source(
     snapshot: Path | None = None,
     kubeconfig: Path | None = None,
     in_cluster: bool = False,
-    hold_seconds: float = 30.0,
-    hold_settle_seconds: float = 10.0,
+    hold_seconds: float = HOLD_SECONDS,
+    hold_settle_seconds: float = HOLD_SETTLE_SECONDS,
     on_relist: Callable[[str], None] | None = None,
 ) -> ClusterSource:
     """The facts `serve` judges with, GPU holds lasting `hold_seconds` (0: none) included.

@@ -18,10 +18,10 @@ from webhook.engine.admit import Decided, Outcome, Request, admit
 from webhook.engine.compiled import CompiledRuleSet
 from webhook.engine.pipeline import Stage
 from webhook.facts.sources import ClusterSource
-from webhook.server.http.limits import ServerState
 from webhook.server.http.offload import OFFLOAD_BODY
 from webhook.server.http.routes import Answer, Handler, Later, Routes, error
 from webhook.server.http.routes import Request as HttpRequest
+from webhook.server.http.state import ServerState
 from webhook.server.metrics import CONTENT_TYPE, TALLY, record, render
 from webhook.server.reload import RuleHolder
 from webhook.server.responses import respond

@@ -20,9 +20,10 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from webhook.server.http.limits import CUT, RESPONSE_GRACE, Limits
+from webhook.server.http.limits import RESPONSE_GRACE, Limits
 from webhook.server.http.protocol import Connection, Phase
 from webhook.server.http.routes import Routes
+from webhook.server.http.state import CUT
 
 log = logging.getLogger("gpu-admission")
 

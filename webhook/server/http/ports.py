@@ -11,8 +11,8 @@ import ssl
 from dataclasses import dataclass, field
 
 from webhook.server.http.connections import Listener
-from webhook.server.http.limits import ServerState
 from webhook.server.http.routes import Routes
+from webhook.server.http.state import ServerState
 
 log = logging.getLogger("gpu-admission")
 

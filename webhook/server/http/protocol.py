@@ -24,9 +24,9 @@ import orjson
 
 from webhook.server.http import offload
 from webhook.server.http.body import Lease, Refused
-from webhook.server.http.limits import CUT
 from webhook.server.http.offload import Queued
 from webhook.server.http.routes import Answer, Handler, Later, Request, Routes, encode_answer, error
+from webhook.server.http.state import CUT
 
 __all__ = ["Connection", "Owner", "Phase"]
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from webhook.server.http.limits import ServerState
+from webhook.server.http.state import ServerState
 
 __all__ = ["Answer", "Handler", "Later", "Request", "Routes", "encode_answer", "error"]
 
