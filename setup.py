@@ -69,9 +69,9 @@ COMPILED = [
     # The server's side of a review: HTTP/1.1 parsing and answers, the review route, the
     # response, the metrics. (review.py stays interpreted: msgspec reads its structs'
     # annotations at run time.)
-    "webhook/server/http1.py",
-    "webhook/server/routes.py",
-    "webhook/server/body.py",
+    "webhook/server/http/protocol.py",
+    "webhook/server/http/routes.py",
+    "webhook/server/http/body.py",
     "webhook/server/stages.py",
     "webhook/server/metrics.py",
     "webhook/server/responses.py",

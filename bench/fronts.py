@@ -64,11 +64,13 @@ def run_aiohttp_front(port: int, cert: str, key: str, rules: str, snapshot: str)
     import uvloop
     from aiohttp import web
 
-    from webhook.server.app import cluster_source, hold_expirer, make_app
-    from webhook.server.limits import ServerState, map_large_buffers
+    from webhook.facts.sources import cluster_source
+    from webhook.server.app import hold_expirer, make_app
+    from webhook.server.http.routes import Answer, Request
+    from webhook.server.http.state import ServerState
+    from webhook.server.http.tls import make_ssl_context
+    from webhook.server.process import map_large_buffers
     from webhook.server.reload import RuleHolder
-    from webhook.server.routes import Answer, Request
-    from webhook.server.tls import make_ssl_context
 
     holder = RuleHolder(source=Path(rules))
     assert holder.refresh(), "rules did not load"

@@ -23,7 +23,6 @@ Needs valgrind (`apt-get install valgrind`). `--child` is the measured process i
 from __future__ import annotations
 
 import argparse
-import gc
 import re
 import shutil
 import subprocess
@@ -83,7 +82,8 @@ def _http(endpoint: str, body: bytes) -> bytes:
 def _facts(source: str) -> tuple[Any, Callable[[], None]]:
     """The cluster facts `serve` would judge with, and what ends them: the example snapshot,
     or the live cache synced from it served as a cluster (bench/livefacts.py)."""
-    from webhook.server.app import cluster_source
+    from webhook.facts.sources import cluster_source
+    from webhook.server.process import freeze_after_relist
 
     if source == "snapshot":
         facts = cluster_source(snapshot=REPO / "examples" / "cluster-snapshot.yaml")
@@ -95,7 +95,7 @@ def _facts(source: str) -> tuple[Any, Callable[[], None]]:
     tmp = tempfile.TemporaryDirectory(prefix="gpu-admission-instructions-")
     kubeconfig = Path(tmp.name) / "kubeconfig"
     kubeconfig.write_text(kubeconfig_for(url))
-    facts = cluster_source(kubeconfig=kubeconfig)
+    facts = cluster_source(kubeconfig=kubeconfig, on_relist=freeze_after_relist)  # as `serve`
     facts.live.start()
 
     def end() -> None:
@@ -114,7 +114,8 @@ def run_child(scenario: str, endpoint: str, count: int, source: str = "snapshot"
     as this webhook's /mutate left it, as the apiserver sends it)."""
     from webhook.logs import setup
     from webhook.server.app import make_app
-    from webhook.server.http1 import Connection
+    from webhook.server.http.protocol import Connection
+    from webhook.server.process import freeze_heap
     from webhook.server.reload import RuleHolder
 
     setup("info", "json")  # as `serve` does; stderr goes to /dev/null
@@ -125,9 +126,7 @@ def run_child(scenario: str, endpoint: str, count: int, source: str = "snapshot"
     transport = _Transport()
     conn = Connection(_Owner(), make_app(holder, facts))
     conn.connection_made(transport)  # type: ignore[arg-type]
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(20_000, 20, 20)  # as `serve` sets it
+    freeze_heap()  # as `serve` does
     obj = sc.build()
     target = obj
     if endpoint == "validate" and "mutate" in sc.endpoints:

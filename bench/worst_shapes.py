@@ -33,11 +33,12 @@ sys.path.append(str(REPO))  # after PYTHONPATH: a compiled build given there is 
 from webhook.engine.build import engine_build  # noqa: E402
 from webhook.engine.pipeline import Stage  # noqa: E402
 from webhook.facts.snapshotfile import load_snapshot  # noqa: E402
-from webhook.server import offload  # noqa: E402
-from webhook.server.admission import Admission, ClusterSource  # noqa: E402
+from webhook.facts.sources import ClusterSource  # noqa: E402
+from webhook.server.admission import Admission  # noqa: E402
+from webhook.server.http import offload  # noqa: E402
+from webhook.server.http.routes import Answer, Later  # noqa: E402
+from webhook.server.http.routes import Request as HttpRequest  # noqa: E402
 from webhook.server.reload import RuleHolder  # noqa: E402
-from webhook.server.routes import Answer, Later  # noqa: E402
-from webhook.server.routes import Request as HttpRequest  # noqa: E402
 
 VISIBLE = "NVIDIA_VISIBLE_DEVICES"
 KiB = 1024

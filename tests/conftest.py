@@ -416,7 +416,7 @@ async def serving(app: Any) -> AsyncIterator[aiohttp.ClientSession]:
     """The routes of `webhook.server.app.make_app` on a real plain-HTTP listener on 127.0.0.1
     (what `serve` runs, minus TLS), and a keep-alive client for it: in-process tests of the
     handlers and what runs beside them."""
-    from webhook.server.ports import start_servers
+    from webhook.server.http.ports import start_servers
 
     servers = await start_servers(app, host="127.0.0.1", port=0, ssl_context=None)
     try:

@@ -32,9 +32,9 @@ ENGINE_MODULES = (
 # The server's side of a review: parsing, the review route, the response, the metrics, the
 # decision log line.
 SERVER_MODULES = (
-    "webhook.server.http1",
-    "webhook.server.routes",
-    "webhook.server.body",
+    "webhook.server.http.protocol",
+    "webhook.server.http.routes",
+    "webhook.server.http.body",
     "webhook.server.stages",
     "webhook.server.metrics",
     "webhook.server.responses",

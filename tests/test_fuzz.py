@@ -26,7 +26,8 @@ from hypothesis import strategies as st
 
 from webhook.facts.reservations import Reservations, ReservingFacts
 from webhook.facts.snapshotfile import load_snapshot
-from webhook.server.app import ClusterSource, make_app
+from webhook.facts.sources import ClusterSource
+from webhook.server.app import make_app
 from webhook.server.reload import RuleHolder
 
 RULES = {

@@ -1,4 +1,4 @@
-"""HTTP/1.1 as the webhook speaks it (webhook/server/http1.py), over real sockets on 127.0.0.1.
+"""HTTP/1.1 as the webhook speaks it (server/http/protocol.py), over real sockets on 127.0.0.1.
 
 What the apiserver, the kubelet and Prometheus rely on (keep-alive, pipelining in order,
 `Expect: 100-continue`, chunked bodies, `Connection: close`, HTTP/1.0), and what a hostile
@@ -21,9 +21,10 @@ from hypothesis import strategies as st
 from test_server_limits import GPU_POD, read_response  # as the limit tests send and read
 
 from webhook.server.app import make_app
-from webhook.server.http1 import MAX_HEAD, MAX_URL, Connection, Phase
-from webhook.server.limits import Limits, ServerState
-from webhook.server.ports import Servers, start_servers
+from webhook.server.http.limits import Limits
+from webhook.server.http.ports import Servers, start_servers
+from webhook.server.http.protocol import MAX_HEAD, MAX_URL, Connection, Phase
+from webhook.server.http.state import ServerState
 from webhook.server.reload import RuleHolder
 
 PATIENCE = 5.0
@@ -228,7 +229,7 @@ async def test_a_long_url_gets_414_and_a_huge_head_431(holder: RuleHolder) -> No
 async def test_a_client_that_never_reads_its_answers_is_cut(holder: RuleHolder) -> None:
     """Pipelined requests whose answers pile up unread: the server stops reading, and after
     the response grace the connection is cut, so it never holds memory for long."""
-    from webhook.server import connections
+    from webhook.server.http import connections
 
     cuts = connections.CUT.labels("unread_answers")
     before = cuts._value.get()

@@ -27,12 +27,13 @@ from typing import Any, TypeVar
 import pytest
 from conftest import ROOT, review_for
 
-from webhook.server import connections
 from webhook.server.app import make_app
-from webhook.server.limits import Limits, ServerState
-from webhook.server.ports import Servers, start_servers
+from webhook.server.http import connections
+from webhook.server.http.limits import Limits
+from webhook.server.http.ports import Servers, start_servers
+from webhook.server.http.state import ServerState
+from webhook.server.http.tls import make_ssl_context
 from webhook.server.reload import RuleHolder
-from webhook.server.tls import make_ssl_context
 
 PATIENCE = 5.0  # how long a client waits for what the server must do
 T = TypeVar("T")

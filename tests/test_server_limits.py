@@ -20,12 +20,13 @@ from typing import Any
 import pytest
 from conftest import ROOT, review_for, serving
 
-from webhook.server import limits as server_limits
+from webhook.server import process as server_process
 from webhook.server.app import make_app, make_probe_app
-from webhook.server.limits import Limits, ServerState
-from webhook.server.ports import Servers, start_servers
+from webhook.server.http.limits import Limits
+from webhook.server.http.ports import Servers, start_servers
+from webhook.server.http.state import ServerState
+from webhook.server.http.tls import make_ssl_context
 from webhook.server.reload import RuleHolder
-from webhook.server.tls import make_ssl_context
 
 FAST = Limits(header_timeout=0.3, body_timeout=0.3, idle_timeout=0.3, max_connections=8, linger=0.1)
 # How long a client waits for something the server must do; far above every limit above.
@@ -388,7 +389,7 @@ async def test_memory_is_handed_back_after_a_large_body(
 ) -> None:
     """In-process (no TLS needed): after a body over 1 MiB, malloc_trim is called once."""
     trims: list[int] = []
-    monkeypatch.setattr(server_limits, "_malloc_trim", lambda: trims.append)
+    monkeypatch.setattr(server_process, "malloc_trim", lambda: trims.append)
     state = ServerState(Limits())
     async with serving(make_app(holder, state=state)) as client:
         small = await client.post("/validate?timeout=10s", json=review_for(GPU_POD))

@@ -22,8 +22,8 @@ import pytest
 from conftest import ROOT, Webhook, review_for, start_webhook, stop_webhook
 from test_http1 import connect, post, read_response, review_body, running
 
-from webhook.server.limits import Limits
-from webhook.server.offload import OFFLOAD_BODY
+from webhook.server.http.limits import Limits
+from webhook.server.http.offload import OFFLOAD_BODY
 from webhook.server.reload import RuleHolder
 
 VISIBLE = "NVIDIA_VISIBLE_DEVICES"

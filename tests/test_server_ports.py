@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import ssl
 from pathlib import Path
-from typing import Any
 
 import pytest
 from conftest import ROOT, review_for
@@ -26,7 +25,8 @@ from test_server_limits import (
 )
 
 from webhook.server import app as server_app
-from webhook.server.limits import Limits
+from webhook.server.http.limits import Limits
+from webhook.server.options import ServeOptions
 from webhook.server.reload import RuleHolder
 
 
@@ -147,14 +147,14 @@ def test_a_bad_limit_flag_is_refused_with_a_reason(
 def test_the_serve_flags_reach_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
     from webhook.cli import main
 
-    seen: dict[str, Any] = {}
-    monkeypatch.setattr(server_app, "serve", lambda **kw: seen.update(kw))
+    seen: list[ServeOptions] = []
+    monkeypatch.setattr(server_app, "serve", seen.append)
     monkeypatch.setattr("webhook.logs.setup", lambda level, fmt: None)  # leave pytest's logging
     argv = ["serve", "--no-cluster", "--max-body-mib", "2", "--body-memory-mib", "16"]
     argv += ["--max-connections", "9", "--header-timeout", "3", "--body-timeout", "4"]
     argv += ["--idle-timeout", "50", "--probe-port", "0", "--hold-seconds", "0"]
     assert main([*argv, "--drain-seconds", "0.5", "--no-release-memory"]) == 0
-    assert seen["limits"] == Limits(
+    assert seen[-1].limits == Limits(
         max_body=2 * 1024 * 1024,
         body_memory=16 * 1024 * 1024,
         max_connections=9,
@@ -162,7 +162,13 @@ def test_the_serve_flags_reach_the_server(monkeypatch: pytest.MonkeyPatch) -> No
         body_timeout=4.0,
         idle_timeout=50.0,
     )
-    assert seen["probe_port"] is None  # 0: probes and /metrics on the HTTPS port
-    assert (seen["drain_seconds"], seen["hold_seconds"], seen["release_memory"]) == (0.5, 0, False)
+    assert seen[-1].separate_probe_port is None  # 0: probes and /metrics on the HTTPS port
+    options = seen[-1]
+    assert (options.drain_seconds, options.hold_seconds, options.release_memory) == (0.5, 0, False)
     assert main(["serve", "--no-cluster"]) == 0
-    assert (seen["probe_port"], seen["limits"], seen["release_memory"]) == (8081, Limits(), True)
+    options = seen[-1]
+    assert (options.separate_probe_port, options.limits, options.release_memory) == (
+        8081,
+        Limits(),
+        True,
+    )

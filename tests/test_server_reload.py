@@ -19,8 +19,9 @@ from conftest import ROOT, SNAPSHOT, serving
 from webhook.engine.compiled import CompiledRuleSet
 from webhook.facts.model import PodGpus
 from webhook.facts.reservations import Reservations
+from webhook.facts.sources import cluster_source
 from webhook.server import reload
-from webhook.server.app import cluster_source, hold_expirer, make_app, rule_watcher
+from webhook.server.app import hold_expirer, make_app, rule_watcher
 from webhook.server.reload import RuleHolder
 
 PATIENCE = 5.0  # far above anything the server needs; reached only when a test fails

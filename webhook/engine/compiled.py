@@ -37,15 +37,6 @@ __all__ = ["CompiledRuleSet", "CompiledRules", "compile_rules"]
 _TABLE_LIMIT = 4096
 
 
-def _mode(settings: RuleSettings, rule: str) -> Mode:
-    return Mode(getattr(settings, rule.replace("-", "_")).mode)
-
-
-def _mutation_on(settings: RuleSettings, mutation: Mutation) -> bool:
-    cfg = getattr(settings, mutation.rule.replace("-", "_"))
-    return bool(cfg.fix if mutation.rule == "gpu-requests-limits" else cfg.mutate)
-
-
 class CompiledRules:
     """The rules in force for one namespace shape: settings, checks to run, compiled patterns."""
 
@@ -57,7 +48,7 @@ class CompiledRules:
         # Shadow mode (`audit`) and `off` change nothing, mutations included.
         mutating = ceiling in (Mode.ENFORCE, Mode.WARN)
         self.mutations: tuple[Mutation, ...] = tuple(
-            m for m in MUTATIONS if mutating and _mutation_on(self.settings, m)
+            m for m in MUTATIONS if mutating and m.enabled(self.settings)
         )
         spend = self.settings.gpu_spend
         # gpu-spend's patch of a job's own fields (`spend.object_patch`): not a pod spec's.
@@ -70,7 +61,7 @@ class CompiledRules:
                 or spend.active_deadline_seconds is not None
             )
         )
-        modes = {v.rule: _mode(self.settings, v.rule).under(ceiling) for v in VALIDATIONS}
+        modes = {v.rule: Mode(v.settings(self.settings).mode).under(ceiling) for v in VALIDATIONS}
         self.modes: Mapping[str, Mode] = modes
         active = tuple((v, modes[v.rule]) for v in VALIDATIONS if modes[v.rule] is not Mode.OFF)
         self.validations: tuple[tuple[Validation, Mode], ...] = active

@@ -1,6 +1,6 @@
 """Where a long review lets other threads run: `give_way`.
 
-The server decides a review of a large object on a worker thread (webhook.server.offload), so
+The server decides a review of a large object on a worker thread (server/http/offload.py), so
 its event loop keeps answering probes and small reviews meanwhile. Threads share the GIL, and a
 thread that asks for it gets it only when the holder passes through the interpreter's eval
 loop: compiled code (setup.py) never does, so without these points a worker deciding a 3 MiB

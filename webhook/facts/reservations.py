@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from webhook.facts.holdtimes import HOLD_SECONDS
 from webhook.facts.model import Facts, FactsSource, NodeIndex, PodGpus, Quota, Usage, Usages
 from webhook.facts.webhookconfigs import SETTLE_MARGIN
 from webhook.quantity import Amount
@@ -109,7 +110,7 @@ class Reservations:
 
     def __init__(
         self,
-        ttl: float = 30.0,
+        ttl: float = HOLD_SECONDS,
         max_holds: int = 10_000,
         max_per_namespace: int | None = None,
         *,

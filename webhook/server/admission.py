@@ -17,20 +17,18 @@ import orjson
 from webhook.engine.admit import Decided, Outcome, Request, admit
 from webhook.engine.compiled import CompiledRuleSet
 from webhook.engine.pipeline import Stage
-from webhook.facts.live import LiveCache
-from webhook.facts.model import FactsSource
-from webhook.facts.reservations import Reservations
-from webhook.server.limits import ServerState
+from webhook.facts.sources import ClusterSource
+from webhook.server.http.offload import OFFLOAD_BODY
+from webhook.server.http.routes import Answer, Handler, Later, Routes, error
+from webhook.server.http.routes import Request as HttpRequest
+from webhook.server.http.state import ServerState
 from webhook.server.metrics import CONTENT_TYPE, TALLY, record, render
-from webhook.server.offload import OFFLOAD_BODY
 from webhook.server.reload import RuleHolder
 from webhook.server.responses import respond
 from webhook.server.review import AdmissionRequest, BadReview, decode
-from webhook.server.routes import Answer, Handler, Later, Routes, error
-from webhook.server.routes import Request as HttpRequest
 from webhook.server.stages import OFF, StageTotals, Watch
 
-__all__ = ["Admission", "ClusterSource", "engine_request"]
+__all__ = ["Admission", "engine_request"]
 
 # A review decided: the request, the engine's outcome, the encoded answer; or why the body is
 # no AdmissionReview.
@@ -54,20 +52,6 @@ def engine_request(review: AdmissionRequest) -> Request:
         "default",
         review.user_info.username,
     )
-
-
-@dataclass
-class ClusterSource:
-    """Where cluster facts come from: none, a snapshot file, or the live cache."""
-
-    facts: FactsSource | None = None  # already includes the reservations
-    reservations: Reservations | None = None
-    live: LiveCache | None = None  # set when the facts come from list+watch
-
-    @property
-    def ready(self) -> bool:
-        """Live facts must have synced once; a snapshot or no source is ready at once."""
-        return self.live is None or self.live.synced
 
 
 @dataclass

@@ -2,17 +2,17 @@
 `Admission.review` (admission.py), and `serve` puts it all together.
 
 Probes and /metrics live on a separate plain-HTTP port, so `--client-ca` can lock the webhook
-port to the apiserver without locking out the kubelet and Prometheus. What each client may
-cost is kept below the routes: http1.py, limits.py, connections.py, body.py; ports.py starts
-and drains.
+port to the apiserver without locking out the kubelet and Prometheus. The HTTP itself, and
+what each client may cost, is the HTTP wing's (`webhook.server.http`); the cluster facts come
+from `webhook.facts.sources`; process-wide GC and allocator tuning is process.py's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
+import os
 import ssl
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from pathlib import Path
@@ -24,27 +24,24 @@ from prometheus_client.registry import Collector
 
 from webhook.engine.build import engine_build
 from webhook.engine.pipeline import Stage
-from webhook.facts.live import LiveCache
-from webhook.facts.reservations import Reservations, ReservingFacts
-from webhook.facts.snapshotfile import load_snapshot
-from webhook.server.admission import Admission, ClusterSource
+from webhook.facts.reservations import Reservations
+from webhook.facts.sources import ClusterSource, cluster_source
+from webhook.ruleset.files import rules_folder
+from webhook.server import process
+from webhook.server.admission import Admission
 from webhook.server.certexpiry import watch_serving_cert
 from webhook.server.components import unattended_namespaces
-from webhook.server.limits import Limits, ServerState, map_large_buffers
-from webhook.server.metrics import (
-    decisions,
-    watch_cluster_facts,
-)
-from webhook.server.ports import serve_until_signalled
+from webhook.server.http.ports import serve_until_signalled
+from webhook.server.http.routes import Routes
+from webhook.server.http.state import ServerState
+from webhook.server.http.tls import make_ssl_context
+from webhook.server.metrics import decisions, watch_cluster_facts
+from webhook.server.options import ServeOptions
 from webhook.server.reload import RuleHolder
-from webhook.server.routes import Routes
 from webhook.server.stages import StageTotals
-from webhook.server.tls import make_ssl_context
 
 __all__ = [
     "Admission",
-    "ClusterSource",
-    "cluster_source",
     "hold_expirer",
     "make_app",
     "make_probe_app",
@@ -70,57 +67,6 @@ def live_cache_context(cluster: ClusterSource) -> Callable[[], AsyncIterator[Non
             await asyncio.get_running_loop().run_in_executor(None, live.stop)
 
     return run
-
-
-def live_source(
-    kubeconfig: Path | None, hold_seconds: float = 30.0, hold_settle_seconds: float = 10.0
-) -> ClusterSource:
-    """Facts from the API server: a kubeconfig file, or the pod's service account in-cluster.
-    A hold ends `hold_settle_seconds` after it was taken while the pods watch is current, or
-    later when a validating webhook on pods may take longer (`Reservations.periods`)."""
-    from kubernetes import client, config
-
-    cfg = client.Configuration()
-    if kubeconfig is not None:
-        config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
-    else:
-        config.load_incluster_config(client_configuration=cfg)
-    reservations = Reservations(ttl=hold_seconds, settle=hold_settle_seconds)
-    live = LiveCache(client.ApiClient(cfg), reservations=reservations, on_relist=_freeze_after)
-    return ClusterSource(ReservingFacts(live, reservations), reservations, live)
-
-
-def _freeze_after(kind: str) -> None:
-    """After a pods relist: 100k summaries are long-lived, so move them out of the cyclic GC's
-    sight, or every full collection walks them all and shows as a p99 spike in admission."""
-    if kind == "pods":
-        gc.collect()
-        gc.freeze()
-
-
-def cluster_source(
-    *,
-    snapshot: Path | None = None,
-    kubeconfig: Path | None = None,
-    in_cluster: bool = False,
-    hold_seconds: float = 30.0,
-    hold_settle_seconds: float = 10.0,
-) -> ClusterSource:
-    """The facts `serve` judges with, GPU holds lasting `hold_seconds` (0: none) included.
-    From a snapshot no watch will ever show a pod: holds last their full period."""
-    if snapshot is not None:
-        reservations = Reservations(ttl=hold_seconds)
-        log.info("cluster facts from the snapshot %s", snapshot)
-        return ClusterSource(ReservingFacts(load_snapshot(snapshot), reservations), reservations)
-    if kubeconfig is not None or in_cluster:
-        source = live_source(kubeconfig, hold_seconds, hold_settle_seconds)
-        live = source.live
-        assert live is not None
-        watch_cluster_facts(live.age_seconds, lambda: live.pod_count)
-        log.info("cluster facts from list+watch (%s)", kubeconfig or "in-cluster")
-        return source
-    log.warning("no cluster facts: quota, priority and schedulability rules are off")
-    return ClusterSource()
 
 
 def make_app(
@@ -270,83 +216,80 @@ def _cert_reloader(
     return _background(loop)
 
 
-def serve(
-    *,
-    host: str,
-    port: int,
-    cert: Path,
-    key: Path,
-    rules_dir: Path | None,
-    cert_check_seconds: float = 10.0,
-    rules_check_seconds: float = 2.0,
-    cluster_snapshot: Path | None = None,
-    kubeconfig: Path | None = None,
-    in_cluster: bool = False,
-    client_ca: Path | None = None,
-    probe_port: int | None = 8081,
-    limits: Limits | None = None,
-    drain_seconds: float = 5.0,
-    hold_seconds: float = 30.0,
-    hold_settle_seconds: float = 10.0,
-    release_memory: bool = True,
-    profile_stages: bool = False,
-) -> None:
+def serve(options: ServeOptions) -> None:
     """Load the rules, then serve until SIGTERM/SIGINT, and drain without cutting a request.
 
     Broken rules at start-up do not stop the server: it stays unready (`/readyz` 503) and
-    keeps watching, so fixing the ConfigMap is enough to recover. `probe_port` None (flag 0)
-    serves the probes and /metrics on the webhook port instead.
+    keeps watching, so fixing the ConfigMap is enough to recover. `--probe-port 0` serves the
+    probes and /metrics on the webhook port instead.
     """
     log.info("engine build: %s", engine_build())
-    holder = RuleHolder(source=rules_dir)
+    holder = RuleHolder(source=rules_folder(options.rules))
     holder.refresh()
-    ctx = make_ssl_context(cert, key, client_ca)
-    source = cluster_source(
-        snapshot=cluster_snapshot,
-        kubeconfig=kubeconfig,
-        in_cluster=in_cluster,
-        hold_seconds=hold_seconds,
-        hold_settle_seconds=hold_settle_seconds,
-    )
-    if release_memory:
-        map_large_buffers()
-    state = ServerState(limits, release_memory=release_memory)
-    totals = StageTotals() if profile_stages else None
-    if totals is not None:
-        totals.install()
-        log.warning("timing every review's stages (--profile-stages): GET /debug/stages")
-    app = make_app(holder, source, state=state, probes=probe_port is None, profile=totals)
-    probe_app = None if probe_port is None else make_probe_app(holder, source, state=state)
-    app.contexts.append(_cert_reloader(ctx, cert, key, cert_check_seconds))
-    watch_serving_cert(cert)
-    app.contexts.append(rule_watcher(holder, rules_check_seconds))
+    ctx = make_ssl_context(options.cert, options.key, options.client_ca)
+    source = _cluster_facts(options)
+    if options.release_memory:
+        process.map_large_buffers()
+    state = ServerState(options.limits, release_memory=options.release_memory)
+    app, probe_app = _ports(options, holder, source, state)
+    app.contexts.append(_cert_reloader(ctx, options.cert, options.key, options.cert_check_seconds))
+    watch_serving_cert(options.cert)
+    app.contexts.append(rule_watcher(holder, options.rules_check_seconds))
     if source.live is not None:  # warn of built-in exempt namespaces without their component
         app.contexts.append(_background(unattended_namespaces(holder, source.live)))
     if source.reservations is not None:
         app.contexts.append(hold_expirer(source.reservations))
         REGISTRY.register(_HoldMetrics(source.reservations))
-    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None
-    try:
-        import uvloop
-
-        loop_factory = uvloop.new_event_loop
-    except ImportError:  # pragma: no cover - uvloop is a Linux/macOS dependency
-        loop_factory = None
-    # Everything loaded so far lives as long as the process: take it out of the cyclic GC's
-    # sight, and collect the young generation less often, so per-request garbage (a parsed
-    # object is a few hundred dicts) does not trigger walks over the whole heap.
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(20_000, 20, 20)
-    with asyncio.Runner(loop_factory=loop_factory) as runner:
+    process.freeze_heap()
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
         runner.run(
             serve_until_signalled(
                 app,
                 probe_app,
-                host=host,
-                port=port,
-                probe_port=probe_port or 0,
+                host=options.host,
+                port=options.port,
+                probe_port=options.probe_port,
                 ssl_context=ctx,
-                drain_seconds=drain_seconds,
+                drain_seconds=options.drain_seconds,
             )
         )
+
+
+def _cluster_facts(options: ServeOptions) -> ClusterSource:
+    """The facts to judge with, as the options say; a live cache is watched by the metrics,
+    and the GC is frozen after each of its pods relists."""
+    source = cluster_source(
+        snapshot=options.cluster_snapshot,
+        kubeconfig=options.kubeconfig,
+        in_cluster=options.reads_cluster_in_pod(os.environ),
+        hold_seconds=options.hold_seconds,
+        hold_settle_seconds=options.hold_settle_seconds,
+        on_relist=process.freeze_after_relist,
+    )
+    live = source.live
+    if live is not None:
+        watch_cluster_facts(live.age_seconds, lambda: live.pod_count)
+    return source
+
+
+def _ports(
+    options: ServeOptions, holder: RuleHolder, source: ClusterSource, state: ServerState
+) -> tuple[Routes, Routes | None]:
+    """The webhook port's routes, and the probe port's unless the probes share the first."""
+    totals = StageTotals() if options.profile_stages else None
+    if totals is not None:
+        totals.install()
+        log.warning("timing every review's stages (--profile-stages): GET /debug/stages")
+    apart = options.separate_probe_port
+    app = make_app(holder, source, state=state, probes=apart is None, profile=totals)
+    probe_app = None if apart is None else make_probe_app(holder, source, state=state)
+    return app, probe_app
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's event loop where it is installed (Linux, macOS), else asyncio's own."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a Linux/macOS dependency
+        return None
+    return uvloop.new_event_loop

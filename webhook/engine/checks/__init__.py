@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from webhook.engine.checks import (
@@ -28,6 +29,7 @@ from webhook.engine.checks import (
 from webhook.engine.context import Context
 from webhook.engine.findings import Finding
 from webhook.engine.podviews import PodView
+from webhook.ruleset.models import RuleSettings
 
 __all__ = [
     "BUDGET_RULES",
@@ -43,6 +45,8 @@ __all__ = [
 @dataclass(frozen=True, slots=True)
 class Validation:
     rule: str
+    # The rule's own entry in a rule set's `rules:`; its `mode` says how the rule judges.
+    settings: Callable[[RuleSettings], Any]
     check: Callable[[PodView, Context], Iterable[Finding]]
     gpu_only: bool  # True: skipped on pods that ask for no GPU (the fast path)
     # Needs cluster facts: not run at all when there is no source of them (an offline audit
@@ -56,45 +60,111 @@ class Validation:
 @dataclass(frozen=True, slots=True)
 class Mutation:
     rule: str
+    # Whether the rule's settings turn the change on (`mutate`, or `fix` for gpu-requests-limits).
+    enabled: Callable[[RuleSettings], bool]
     apply: Callable[[dict[str, Any], PodView, Context], bool]  # True when it changed something
     any_pod: bool = False  # False: GPU pods only; True: it decides itself which pods it edits
 
 
 # Order matters for mutations: limits are fixed first so later rules see the GPU in limits.
 MUTATIONS: tuple[Mutation, ...] = (
-    Mutation("gpu-requests-limits", resources.copy_requests_to_limits),
-    Mutation("gpu-tolerations", placement.add_gpu_tolerations),
-    Mutation("gpu-shm", shm.add_shm),
-    Mutation("gpu-probe-delays", probes.adjust_probes),
-    Mutation("gpu-priority-class", priority.inject_priority_class),
+    Mutation(
+        "gpu-requests-limits",
+        attrgetter("gpu_requests_limits.fix"),
+        resources.copy_requests_to_limits,
+    ),
+    Mutation(
+        "gpu-tolerations", attrgetter("gpu_tolerations.mutate"), placement.add_gpu_tolerations
+    ),
+    Mutation("gpu-shm", attrgetter("gpu_shm.mutate"), shm.add_shm),
+    Mutation("gpu-probe-delays", attrgetter("gpu_probe_delays.mutate"), probes.adjust_probes),
+    Mutation(
+        "gpu-priority-class",
+        attrgetter("gpu_priority_class.mutate"),
+        priority.inject_priority_class,
+    ),
     # Runs on every pod that can reach GPU nodes, not only GPU pods (see `any_pod`).
-    Mutation("visible-devices", isolation.hide_devices, any_pod=True),
+    Mutation(
+        "visible-devices",
+        attrgetter("visible_devices.mutate"),
+        isolation.hide_devices,
+        any_pod=True,
+    ),
 )
 
 VALIDATIONS: tuple[Validation, ...] = (
-    Validation("gpu-requests-limits", resources.requests_equal_limits, gpu_only=True),
-    Validation("gpu-whole-quantity", resources.whole_quantities, gpu_only=False),
-    Validation("gpu-mig-mixed", resources.mig_not_mixed, gpu_only=True),
-    Validation("visible-devices", isolation.visible_devices, gpu_only=False),
-    Validation("privileged-gpu", isolation.privileged_gpu, gpu_only=False),
-    Validation("host-gpu-devices", hostdevices.host_gpu_devices, gpu_only=False),
-    Validation("gpu-toleration-without-gpu", placement.toleration_without_gpu, gpu_only=False),
-    Validation("gpu-memory-limit", resources.memory_limit, gpu_only=True),
-    Validation("gpu-readiness-probe", probes.readiness_probe, gpu_only=True),
-    Validation("gpu-init-container", resources.init_container_gpu, gpu_only=True),
+    Validation(
+        "gpu-requests-limits",
+        attrgetter("gpu_requests_limits"),
+        resources.requests_equal_limits,
+        gpu_only=True,
+    ),
+    Validation(
+        "gpu-whole-quantity",
+        attrgetter("gpu_whole_quantity"),
+        resources.whole_quantities,
+        gpu_only=False,
+    ),
+    Validation(
+        "gpu-mig-mixed", attrgetter("gpu_mig_mixed"), resources.mig_not_mixed, gpu_only=True
+    ),
+    Validation(
+        "visible-devices", attrgetter("visible_devices"), isolation.visible_devices, gpu_only=False
+    ),
+    Validation(
+        "privileged-gpu", attrgetter("privileged_gpu"), isolation.privileged_gpu, gpu_only=False
+    ),
+    Validation(
+        "host-gpu-devices",
+        attrgetter("host_gpu_devices"),
+        hostdevices.host_gpu_devices,
+        gpu_only=False,
+    ),
+    Validation(
+        "gpu-toleration-without-gpu",
+        attrgetter("gpu_toleration_without_gpu"),
+        placement.toleration_without_gpu,
+        gpu_only=False,
+    ),
+    Validation(
+        "gpu-memory-limit", attrgetter("gpu_memory_limit"), resources.memory_limit, gpu_only=True
+    ),
+    Validation(
+        "gpu-readiness-probe",
+        attrgetter("gpu_readiness_probe"),
+        probes.readiness_probe,
+        gpu_only=True,
+    ),
+    Validation(
+        "gpu-init-container",
+        attrgetter("gpu_init_container"),
+        resources.init_container_gpu,
+        gpu_only=True,
+    ),
     # A KServe predictor whose runtime's /dev/shm cannot be told gets none: say what to set.
-    Validation("gpu-shm", shm.runtime_shm_unknown, gpu_only=True),
-    Validation("gpu-quota", quota.gpu_quota, gpu_only=True, needs_cluster=True),
+    Validation("gpu-shm", attrgetter("gpu_shm"), shm.runtime_shm_unknown, gpu_only=True),
+    Validation(
+        "gpu-quota", attrgetter("gpu_quota"), quota.gpu_quota, gpu_only=True, needs_cluster=True
+    ),
     Validation(
         "gpu-priority-class",
+        attrgetter("gpu_priority_class"),
         priority.gpu_priority_class,
         gpu_only=True,
         needs_cluster=True,
         offline_part=True,
     ),
-    Validation("gpu-schedulable", schedulable.gpu_schedulable, gpu_only=True, needs_cluster=True),
-    Validation("gpu-queue", queue.gpu_queue, gpu_only=True, needs_cluster=True),
-    Validation("gpu-spend", spend.gpu_spend, gpu_only=True),
+    Validation(
+        "gpu-schedulable",
+        attrgetter("gpu_schedulable"),
+        schedulable.gpu_schedulable,
+        gpu_only=True,
+        needs_cluster=True,
+    ),
+    Validation(
+        "gpu-queue", attrgetter("gpu_queue"), queue.gpu_queue, gpu_only=True, needs_cluster=True
+    ),
+    Validation("gpu-spend", attrgetter("gpu_spend"), spend.gpu_spend, gpu_only=True),
 )
 
 

@@ -5,7 +5,7 @@ client gets bounded time: a TLS handshake and a request head within `header_time
 within `body_timeout`, an idle keep-alive connection for `idle_timeout`, unread answers for
 `RESPONSE_GRACE`; at most `max_connections` connections, counted from accept, one that is
 doing no request's work evicted to make room for a new one. Each connection speaks HTTP/1.1
-through http1.py.
+through protocol.py.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from webhook.server.http1 import Connection, Phase
-from webhook.server.limits import CUT, RESPONSE_GRACE, Limits
-from webhook.server.routes import Routes
+from webhook.server.http.limits import RESPONSE_GRACE, Limits
+from webhook.server.http.protocol import Connection, Phase
+from webhook.server.http.routes import Routes
+from webhook.server.http.state import CUT
 
 log = logging.getLogger("gpu-admission")
 

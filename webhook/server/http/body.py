@@ -3,7 +3,8 @@ a crowd of stalled uploads gets 503s instead of the memory limit."""
 
 from __future__ import annotations
 
-from webhook.server.limits import SMALL_BODY, ServerState
+from webhook.server.http.limits import SMALL_BODY
+from webhook.server.http.state import ServerState
 
 
 class Refused(Exception):

@@ -23,8 +23,8 @@ import gc
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from webhook.server.body import Lease
-from webhook.server.routes import Later, Request
+from webhook.server.http.body import Lease
+from webhook.server.http.routes import Later, Request
 
 __all__ = ["OFFLOAD_BODY", "Queued", "run", "start"]
 

@@ -10,9 +10,9 @@ import signal
 import ssl
 from dataclasses import dataclass, field
 
-from webhook.server.connections import Listener
-from webhook.server.limits import ServerState
-from webhook.server.routes import Routes
+from webhook.server.http.connections import Listener
+from webhook.server.http.routes import Routes
+from webhook.server.http.state import ServerState
 
 log = logging.getLogger("gpu-admission")
 

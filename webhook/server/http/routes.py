@@ -1,5 +1,5 @@
 """What a port answers: requests and answers as plain values, the route table, and an answer
-encoded as the one buffer the HTTP layer writes (http1.py parses and writes; this decides and
+encoded as the one buffer the HTTP layer writes (protocol.py parses and writes; this decides and
 formats)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from webhook.server.limits import ServerState
+from webhook.server.http.state import ServerState
 
 __all__ = ["Answer", "Handler", "Later", "Request", "Routes", "encode_answer", "error"]
 

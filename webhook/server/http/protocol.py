@@ -22,11 +22,11 @@ from typing import Any, Protocol
 import httptools
 import orjson
 
-from webhook.server import offload
-from webhook.server.body import Lease, Refused
-from webhook.server.limits import CUT
-from webhook.server.offload import Queued
-from webhook.server.routes import Answer, Handler, Later, Request, Routes, encode_answer, error
+from webhook.server.http import offload
+from webhook.server.http.body import Lease, Refused
+from webhook.server.http.offload import Queued
+from webhook.server.http.routes import Answer, Handler, Later, Request, Routes, encode_answer, error
+from webhook.server.http.state import CUT
 
 __all__ = ["Connection", "Owner", "Phase"]
 
