@@ -39,8 +39,8 @@ class Request:
 class Answer:
     status: int
     body: bytes
-    content_type: str
-    close: bool  # close the connection once this answer is written
+    content_type: str = "application/json"
+    close: bool = False  # close the connection once this answer is written
 
     def __init__(
         self,
