@@ -137,7 +137,8 @@ def test_the_native_policies_decide_and_mutate_as_the_webhook(
         assert natively["mutation"]
     compared, refused, differences = 0, 0, []
     with httpx.Client(verify=plane.ssl_context(), timeout=30) as client:
-        # policies take effect within a second or so of being stored
+        # bound policies take effect once the apiserver has compiled them: a second or so on a
+        # quiet machine, tens of seconds each on a busy one
         probe = {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -161,6 +162,7 @@ def test_the_native_policies_decide_and_mutate_as_the_webhook(
         url = f"{plane.url}/api/v1/namespaces/{NAMESPACE}/pods"
         eventually(
             lambda: client.post(url, params={"dryRun": "All"}, json=probe).status_code != 201,
+            seconds=120,
             what="the validating policies in force",
         )
         if version >= MUTATING_SINCE:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from subprocess import Popen
@@ -57,7 +58,9 @@ def two_replicas(installed: Installed, tmp_path: Path) -> Iterator[tuple[RoundRo
         )
         return Replica(process, port, probe)
 
-    replicas = [start("replica-a"), start("replica-b")]
+    # both started at once: each is a Python start-up and a first list of the cluster
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        replicas = list(pool.map(start, ["replica-a", "replica-b"]))
     with RoundRobin([r.port for r in replicas]) as proxy:
         configs = loopback_webhook_configs(
             f"https://127.0.0.1:{proxy.port}", (installed.certs / "ca.crt").read_bytes()
@@ -68,8 +71,8 @@ def two_replicas(installed: Installed, tmp_path: Path) -> Iterator[tuple[RoundRo
             yield proxy, replicas
         finally:
             apply(installed.plane, installed.webhook_configs)
-            for replica in replicas:
-                stop_process(replica.process)
+            with ThreadPoolExecutor(max_workers=2) as pool:  # both drain at once
+                list(pool.map(stop_process, [r.process for r in replicas]))
     # the restart test swaps replicas in place: the started ones are all in `replicas`
     wait_until_called(installed)
 
