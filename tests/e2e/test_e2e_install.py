@@ -105,8 +105,9 @@ def test_the_exported_policies_and_quotas_are_accepted_and_stored_as_written(
             if d["kind"] == "ValidatingAdmissionPolicy"
         ]
         refused = plane.kubectl(
-            "create", "--dry-run=server", "-f", "-", stdin=yaml.safe_dump_all(policies), check=False
-        )
+            "create", "--dry-run=server", "-f", "-", stdin=yaml.safe_dump_all(policies),
+            check=False, timeout=600,
+        )  # fmt: skip
         assert refused.returncode != 0 and "undeclared reference to 'lists'" in refused.stderr
     else:
         assert {

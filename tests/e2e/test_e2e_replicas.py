@@ -58,18 +58,16 @@ def two_replicas(installed: Installed, tmp_path: Path) -> Iterator[tuple[RoundRo
         )
         return Replica(process, port, probe)
 
-    # both started at once: each is a Python start-up and a first list of the cluster
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        replicas = list(pool.map(start, ["replica-a", "replica-b"]))
+    replicas = [start("replica-a"), start("replica-b")]
     with RoundRobin([r.port for r in replicas]) as proxy:
         configs = loopback_webhook_configs(
             f"https://127.0.0.1:{proxy.port}", (installed.certs / "ca.crt").read_bytes()
         )
-        apply(installed.plane, configs)
-        wait_until_called(installed)
         try:
+            apply(installed.plane, configs)
+            wait_until_called(installed)
             yield proxy, replicas
-        finally:
+        finally:  # also when they never answered: the next tests find the webhook registered
             apply(installed.plane, installed.webhook_configs)
             with ThreadPoolExecutor(max_workers=2) as pool:  # both drain at once
                 list(pool.map(stop_process, [r.process for r in replicas]))

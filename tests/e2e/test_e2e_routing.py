@@ -13,14 +13,13 @@ import random
 import re
 import threading
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 import pytest
 import yaml
 
-from e2e.support import Installed, eventually, gpu_pod, kubectl_error
+from e2e.support import Installed, concurrently, eventually, gpu_pod, kubectl_error
 from webhook.engine.workloads import DEFAULT_TABLE, Workload
 from webhook.ruleset.workloads import LIST_ITEMS, MAP_VALUES
 
@@ -418,8 +417,7 @@ def test_no_generated_object_makes_a_match_condition_fail(
     # create is a dry run, so none depends on another)
     objects = list(generated(rng, kinds))
     try:
-        with ThreadPoolExecutor(max_workers=CLIENTS) as pool:
-            list(pool.map(create, objects))  # list(): a failed check fails the test
+        concurrently(create, objects, CLIENTS)
     finally:
         for client in opened:
             client.close()

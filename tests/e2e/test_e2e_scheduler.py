@@ -16,14 +16,13 @@ import re
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 import pytest
 import yaml
 
-from e2e.support import Installed, eventually, gpu_pod
+from e2e.support import Installed, concurrently, eventually, gpu_pod
 
 PODS = 200
 SEED = 20261128
@@ -224,9 +223,7 @@ def test_the_scheduler_agrees_with_gpu_schedulable(
                 lambda: client.get(f"{base}/{name}").status_code == 404, what=f"{name} deleted"
             )
 
-    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
-        # list(): a failed judgement fails the test with its own assertion
-        list(pool.map(judge, generated_pods(PODS)))
+    concurrently(judge, generated_pods(PODS), WORKERS)
     print(f"\nscheduler agreement on {PODS} pods (webhook, scheduler): {agreed}")
     assert not disagreements, disagreements[:5]
     assert agreed.get(("bound", "bound")) and agreed.get(("unschedulable", "unschedulable"))
