@@ -16,12 +16,17 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from e2e import binaries
 from e2e import cluster as clustermod
-from e2e.support import Installed, install, stop_process
+from e2e.support import MANIFESTS, Installed, install, stop_process
+from webhook.engine.compiled import compile_rules
+from webhook.export.bundle import build
+from webhook.ruleset.files import load_rules
 
 HOW_TO_RUN = (
     "the end-to-end tests run on a real control plane built from Go modules: install Go and "
@@ -103,6 +108,32 @@ def installed(
         assert not forbidden, (
             "the shipped ClusterRole is not enough: the webhook's reads were forbidden:\n"
             + "\n".join(forbidden[:10])
+        )
+
+
+@pytest.fixture(scope="session")
+def stored_policies(installed: Installed) -> Iterator[list[dict[str, Any]]]:
+    """The shipped rules' exported Validating/MutatingAdmissionPolicies, created once per run.
+
+    Without their bindings they judge nothing, so they can stay for the whole run: the
+    apiserver compiles each (tens of kilobytes of CEL) for seconds of a core when it is
+    created, and the tests that read them back and that bind them share that one creation.
+    Empty where this release is exported no policy."""
+    plane = installed.plane
+    version = tuple(int(x) for x in plane.release.minor.removeprefix("v").split("."))
+    export = build(
+        compile_rules(load_rules(MANIFESTS / "base" / "rules")), (version[0], version[1])
+    )
+    policies = [d for d in export.objects if d["kind"].endswith("Policy")]
+    if not policies:
+        yield []
+        return
+    plane.kubectl("create", "-f", "-", stdin=yaml.safe_dump_all(policies), timeout=600)
+    try:
+        yield policies
+    finally:
+        plane.kubectl(
+            "delete", "-f", "-", "--wait=false", stdin=yaml.safe_dump_all(policies), check=False
         )
 
 

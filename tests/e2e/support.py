@@ -14,10 +14,11 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import yaml
@@ -26,6 +27,7 @@ from conftest import Answer, review_for  # the unit suite's AdmissionReview and 
 from e2e import cluster as clustermod
 
 ROOT = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
 MANIFESTS = ROOT / "manifests"
 
 
@@ -304,6 +306,17 @@ def eventually(check: Callable[[], Any], seconds: float = 30, what: str = "") ->
             return value
         assert time.monotonic() < deadline, f"not reached in {seconds} s: {what}"
         time.sleep(0.2)
+
+
+def concurrently(work: Callable[[T], object], items: Iterable[T], workers: int) -> None:
+    """`work` on every item, `workers` at a time. The first failure (or a Ctrl-C) cancels what
+    has not started and is raised once the few in flight are done: no thread outlives the test."""
+    pool = ThreadPoolExecutor(max_workers=workers)
+    try:
+        for future in [pool.submit(work, item) for item in items]:
+            future.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def priority_class(plane: clustermod.ControlPlane, name: str, value: int, **extra: str) -> None:

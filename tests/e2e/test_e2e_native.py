@@ -84,13 +84,17 @@ def mutated_fields(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def natively(installed: Installed) -> Iterator[dict[str, set[str]]]:
-    """The webhook unregistered and the exported policies in force; the exported rules."""
+def natively(
+    installed: Installed, stored_policies: list[dict[str, Any]]
+) -> Iterator[dict[str, set[str]]]:
+    """The webhook unregistered and the exported policies in force (the run's stored policies,
+    bound here); the exported rules."""
     plane = installed.plane
     version = tuple(int(x) for x in plane.release.minor.removeprefix("v").split("."))
     rules = compile_rules(load_rules(ROOT / "manifests" / "base" / "rules"))
     export = build(rules, (version[0], version[1]))
-    policies = [d for d in export.objects if d["kind"].endswith(("Policy", "PolicyBinding"))]
+    assert [d for d in export.objects if d["kind"].endswith("Policy")] == stored_policies
+    bindings = [d for d in export.objects if d["kind"].endswith("PolicyBinding")]
     exported = {"validation": set(), "mutation": set()}
     for rule, part, _ in export.exported:
         if part in exported:
@@ -99,11 +103,11 @@ def natively(installed: Installed) -> Iterator[dict[str, set[str]]]:
         plane.kubectl("delete", config["kind"].lower(), config["metadata"]["name"])
     try:
         plane.kubectl("create", "namespace", NAMESPACE)
-        plane.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(policies), timeout=600)
+        plane.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(bindings), timeout=600)
         yield exported
     finally:
         # whatever happened, the webhook is registered again for the tests after this one
-        plane.kubectl("delete", "-f", "-", stdin=yaml.safe_dump_all(policies), check=False)
+        plane.kubectl("delete", "-f", "-", stdin=yaml.safe_dump_all(bindings), check=False)
         plane.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(installed.webhook_configs))
         plane.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
         wait_until_called(installed)
@@ -133,7 +137,8 @@ def test_the_native_policies_decide_and_mutate_as_the_webhook(
         assert natively["mutation"]
     compared, refused, differences = 0, 0, []
     with httpx.Client(verify=plane.ssl_context(), timeout=30) as client:
-        # policies take effect within a second or so of being stored
+        # bound policies take effect once the apiserver has compiled them: a second or so on a
+        # quiet machine, tens of seconds each on a busy one
         probe = {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -157,6 +162,7 @@ def test_the_native_policies_decide_and_mutate_as_the_webhook(
         url = f"{plane.url}/api/v1/namespaces/{NAMESPACE}/pods"
         eventually(
             lambda: client.post(url, params={"dryRun": "All"}, json=probe).status_code != 201,
+            seconds=120,
             what="the validating policies in force",
         )
         if version >= MUTATING_SINCE:

@@ -160,8 +160,9 @@ def test_the_live_cache_acts_on_queues_made_through_the_apiserver(
 ) -> None:
     plane = installed.plane
     apply(plane, CRDS)
-    for c in CRDS:
-        plane.kubectl("wait", "--for=condition=Established", f"crd/{c['metadata']['name']}")
+    plane.kubectl(
+        "wait", "--for=condition=Established", *(f"crd/{c['metadata']['name']}" for c in CRDS)
+    )
     apply(plane, queues(namespace, other))
     # The cache looks for a CRD that was not installed every few minutes; a replica started
     # after Kueue was installed lists it at once.
@@ -224,7 +225,7 @@ def test_the_live_cache_acts_on_queues_made_through_the_apiserver(
         assert "e2e-leaf" in kubectl_error(done)
     finally:
         installed.set_rules("{}\n")
-        for obj in queues(namespace, other):
-            kind = obj["kind"].lower()
-            where = ["-n", obj["metadata"]["namespace"]] if "namespace" in obj["metadata"] else []
-            plane.kubectl("delete", kind, obj["metadata"]["name"], *where, check=False)
+        # one kubectl for them all; each names its namespace where it has one
+        plane.kubectl(
+            "delete", "-f", "-", stdin=yaml.safe_dump_all(queues(namespace, other)), check=False
+        )

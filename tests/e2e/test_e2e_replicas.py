@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from subprocess import Popen
@@ -62,14 +63,14 @@ def two_replicas(installed: Installed, tmp_path: Path) -> Iterator[tuple[RoundRo
         configs = loopback_webhook_configs(
             f"https://127.0.0.1:{proxy.port}", (installed.certs / "ca.crt").read_bytes()
         )
-        apply(installed.plane, configs)
-        wait_until_called(installed)
         try:
+            apply(installed.plane, configs)
+            wait_until_called(installed)
             yield proxy, replicas
-        finally:
+        finally:  # also when they never answered: the next tests find the webhook registered
             apply(installed.plane, installed.webhook_configs)
-            for replica in replicas:
-                stop_process(replica.process)
+            with ThreadPoolExecutor(max_workers=2) as pool:  # both drain at once
+                list(pool.map(stop_process, [r.process for r in replicas]))
     # the restart test swaps replicas in place: the started ones are all in `replicas`
     wait_until_called(installed)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,19 +19,20 @@ import httpx
 import pytest
 import yaml
 
-from e2e.support import Installed, eventually, gpu_pod, kubectl_error
+from e2e.support import Installed, concurrently, eventually, gpu_pod, kubectl_error
 from webhook.engine.workloads import DEFAULT_TABLE, Workload
 from webhook.ruleset.workloads import LIST_ITEMS, MAP_VALUES
 
 OBJECTS = 1200
 SEED = 1128
+CLIENTS = 4  # the generated objects' creates in flight at once
 
 
 def test_plain_pods_never_reach_the_webhook(installed: Installed, namespace: str) -> None:
     counted = "gpu_admission_requests_total"
     before = installed.metric(counted)
-    for i in range(20):
-        pod = {
+    pods = [
+        {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": f"plain-{i}"},
@@ -41,7 +43,13 @@ def test_plain_pods_never_reach_the_webhook(installed: Installed, namespace: str
                 "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists"}],
             },
         }
-        installed.plane.kubectl("create", "-n", namespace, "-f", "-", stdin=json.dumps(pod))
+        for i in range(20)
+    ]
+    # one kubectl, twenty creates through the apiserver
+    made = installed.plane.kubectl(
+        "create", "-n", namespace, "-f", "-", stdin=yaml.safe_dump_all(pods)
+    ).stdout
+    assert made.count("created") == 20, made
     assert installed.metric(counted) == before
     # the counter is the right one: a GPU pod moves it, by its /mutate and /validate calls
     installed.plane.kubectl(
@@ -342,10 +350,12 @@ def custom_kinds(installed: Installed) -> Iterator[None]:
     plane = installed.plane
     definitions = crds()
     plane.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(definitions))
-    for crd in definitions:
-        plane.kubectl(
-            "wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd['metadata']['name']}"
-        )
+    plane.kubectl(
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        *(f"crd/{crd['metadata']['name']}" for crd in definitions),
+    )
     yield
     plane.kubectl(
         "delete", "-f", "-", "--wait=false", stdin=yaml.safe_dump_all(definitions), check=False
@@ -375,23 +385,43 @@ def test_no_generated_object_makes_a_match_condition_fail(
             lambda: client.get(f"{plane.url}/apis/ray.io/v1").status_code == 200,
             what="the custom kinds served",
         )
-        for w, body in generated(rng, kinds):
-            d = w.declared
-            prefix = "/api" if not d.group else f"/apis/{d.group}"
-            where = f"/namespaces/{namespace}" if d.scope == "Namespaced" else ""
-            url = f"{plane.url}{prefix}/{d.versions[0]}{where}/{d.resource}"
-            answer = client.post(
-                url,
-                params={"dryRun": "All"},
-                content=json.dumps(body),
-                headers={"Content-Type": "application/json"},
-            )
+    lock = threading.Lock()
+    clients = threading.local()
+
+    def create(generated_one: tuple[Workload, dict[str, Any]]) -> None:
+        w, body = generated_one
+        d = w.declared
+        prefix = "/api" if not d.group else f"/apis/{d.group}"
+        where = f"/namespaces/{namespace}" if d.scope == "Namespaced" else ""
+        url = f"{plane.url}{prefix}/{d.versions[0]}{where}/{d.resource}"
+        if not hasattr(clients, "client"):
+            clients.client = httpx.Client(verify=plane.ssl_context(), timeout=30)
+            with lock:
+                opened.append(clients.client)
+        answer = clients.client.post(
+            url,
+            params={"dryRun": "All"},
+            content=json.dumps(body),
+            headers={"Content-Type": "application/json"},
+        )
+        with lock:
             answered[answer.status_code] = answered.get(answer.status_code, 0) + 1
-            text = answer.text
-            assert not re.search(r"match ?condition", text, re.I), (body, text)
-            assert answer.status_code in (200, 201, 400, 403, 422), (body, text)
-            if answer.status_code == 403:
-                assert "admission webhook" in text, text
+        text = answer.text
+        assert not re.search(r"match ?condition", text, re.I), (body, text)
+        assert answer.status_code in (200, 201, 400, 403, 422), (body, text)
+        if answer.status_code == 403:
+            assert "admission webhook" in text, text
+
+    opened: list[httpx.Client] = []
+    # the objects generated in order from the seed, then sent by a few clients at once (each
+    # create is a dry run, so none depends on another)
+    objects = list(generated(rng, kinds))
+    try:
+        concurrently(create, objects, CLIENTS)
+    finally:
+        for client in opened:
+            client.close()
+    assert sum(answered.values()) == OBJECTS
     print(f"\n{OBJECTS} generated objects of {len(kinds)} kinds, answers by status: {answered}")
     assert match_condition_errors(installed) == errors_before == 0
     # the generator reached the webhook, and the apiserver's own checks, both

@@ -1,13 +1,19 @@
 """The real scheduler agrees with `gpu-schedulable`: on kwok GPU nodes (counts, products, MIG
 profiles, taints, labels), generated GPU pods are created with the rule in warn mode, so all are
 stored; every pod the webhook calls never-schedulable stays Pending as Unschedulable, every pod
-it calls schedulable binds. Each pod is judged on the empty cluster (created, watched to its
-outcome, deleted), so capacity taken by one pod never decides another."""
+it calls schedulable binds. Each pod is judged as on the empty cluster (created, watched to its
+outcome, deleted), so capacity taken by one pod never decides another: WORKERS pods are in
+flight at once and the node set is there COPIES = 2 x WORKERS times over. A pod lands on one
+node, so the other workers' pods (the one in flight and, while the scheduler's cache catches up
+with its deletion, the one before) hold fewer than COPIES nodes: one copy of every node is
+always empty. Identical copies change nothing the webhook or the scheduler can tell from the
+nodes' shapes: a pod fits one node or none."""
 
 from __future__ import annotations
 
 import random
 import re
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -16,10 +22,13 @@ import httpx
 import pytest
 import yaml
 
-from e2e.support import Installed, eventually, gpu_pod
+from e2e.support import Installed, concurrently, eventually, gpu_pod
 
 PODS = 200
 SEED = 20261128
+# pods judged at once, and copies of the node set so each finds one empty (see the docstring)
+WORKERS = 4
+COPIES = 2 * WORKERS
 NVIDIA_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 AMD_TAINT = {"key": "amd.com/gpu", "value": "present", "effect": "NoSchedule"}
 PRODUCT = "nvidia.com/gpu.product"
@@ -126,7 +135,12 @@ def warnings_of(answer: httpx.Response) -> list[str]:
 @pytest.fixture(scope="module")
 def gpu_nodes(installed: Installed) -> Iterator[None]:
     plane = installed.plane
-    plane.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all([node(*n) for n in NODES]))
+    copies = [
+        node(name if copy == 0 else f"{name}-copy{copy}", labels, taints, gpus)
+        for copy in range(COPIES)
+        for name, labels, taints, gpus in NODES
+    ]
+    plane.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(copies))
     eventually(
         lambda: (
             plane.kubectl(
@@ -137,7 +151,7 @@ def gpu_nodes(installed: Installed) -> Iterator[None]:
             )
             .stdout.split()
             .count("True")
-            == len(NODES)
+            == len(copies)
         ),
         what="kwok nodes Ready",
     )
@@ -175,6 +189,7 @@ def test_the_scheduler_agrees_with_gpu_schedulable(
     base = f"{plane.url}/api/v1/namespaces/{namespace}/pods"
     agreed: dict[tuple[str, str], int] = {}
     disagreements = []
+    lock = threading.Lock()
     with httpx.Client(verify=plane.ssl_context(), timeout=30) as client:
         # the live cache has all the nodes once a pod too big for every node is warned
         probe = gpu_pod("probe", gpus=9)
@@ -185,8 +200,11 @@ def test_the_scheduler_agrees_with_gpu_schedulable(
             ),
             what="nodes in the live cache",
         )
-        for pod in generated_pods(PODS):
-            name = pod["metadata"]["name"]
+
+    def judge(pod: dict[str, Any]) -> None:
+        """One pod created, watched to the scheduler's decision, deleted and gone."""
+        name = pod["metadata"]["name"]
+        with httpx.Client(verify=plane.ssl_context(), timeout=30) as client:
             answer = client.post(base, json=pod)
             assert answer.status_code == 201, answer.text
             warned = [w for w in warnings_of(answer) if w.startswith("gpu-schedulable")]
@@ -195,14 +213,17 @@ def test_the_scheduler_agrees_with_gpu_schedulable(
             while (scheduler := outcome(client, base, name)) is None:
                 assert time.monotonic() < deadline, f"{name}: the scheduler never decided"
                 time.sleep(0.05)
-            agreed[(webhook, scheduler)] = agreed.get((webhook, scheduler), 0) + 1
-            if webhook != scheduler:
-                disagreements.append((name, pod["spec"], warned, scheduler))
+            with lock:
+                agreed[(webhook, scheduler)] = agreed.get((webhook, scheduler), 0) + 1
+                if webhook != scheduler:
+                    disagreements.append((name, pod["spec"], warned, scheduler))
             client.delete(f"{base}/{name}", params={"gracePeriodSeconds": "0"})
-            # the next pod sees an empty cluster
+            # its copy of the nodes is empty again before this worker takes the next pod
             eventually(
-                lambda n=name: client.get(f"{base}/{n}").status_code == 404, what=f"{name} deleted"
+                lambda: client.get(f"{base}/{name}").status_code == 404, what=f"{name} deleted"
             )
+
+    concurrently(judge, generated_pods(PODS), WORKERS)
     print(f"\nscheduler agreement on {PODS} pods (webhook, scheduler): {agreed}")
     assert not disagreements, disagreements[:5]
     assert agreed.get(("bound", "bound")) and agreed.get(("unschedulable", "unschedulable"))
