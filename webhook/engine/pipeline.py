@@ -33,7 +33,9 @@ from webhook.engine.queueing import queue_metadata
 from webhook.engine.sharedmaps import RULE, judge_config_map
 from webhook.engine.sharing import mark_shared
 from webhook.engine.subject import Subject
+from webhook.engine.totals import Totals
 from webhook.engine.turns import give_way
+from webhook.engine.workloads import Workload
 from webhook.facts.dra import DraFacts
 from webhook.facts.model import Facts, PodGpus
 
@@ -134,11 +136,7 @@ def _evaluate(
             meta = queue_metadata(subject.group, subject.kind, obj, runtime)
         _, views, released = _scope(subject, rules, labels)  # the same namespace: same rules
         views = claims.resolve(views, compiled, dra)
-    totals = None
-    specs: tuple[Mapping[str, Any], ...] = ()
-    if subject.kind != "Pod" and views:  # gpu-quota, gpu-queue and gpu-spend read them
-        totals = object_totals(views, ctx, workload is not None and workload.gang)
-        specs = tuple(v.spec for v in views if v.asks_gpu)
+    totals, specs = _whole(subject, views, ctx, workload)
     ctx = ctx.judging(meta, totals, specs, spend.deadline_of(obj, workload))
     active = compiled.validations if facts is not None else compiled.offline_validations
     findings = _validate([v for v in views if v.pointer not in released], ctx, active)
@@ -152,6 +150,17 @@ def _evaluate(
         hold=_hold(subject, views, ctx),
         mutated=obj if stage is Stage.ADMIT else None,
     )
+
+
+def _whole(
+    subject: Subject, views: list[PodView], ctx: Context, workload: Workload | None
+) -> tuple[Totals | None, tuple[Mapping[str, Any], ...]]:
+    """What gpu-quota, gpu-queue and gpu-spend read of a controller as a whole: its GPU asks,
+    all its pods at once, and the pod specs of its templates that ask for GPUs (a pod: none)."""
+    if subject.kind == "Pod" or not views:
+        return None, ()
+    totals = object_totals(views, ctx, workload is not None and workload.gang)
+    return totals, tuple(v.spec for v in views if v.asks_gpu)
 
 
 def _config_map(
