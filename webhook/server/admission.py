@@ -37,20 +37,15 @@ Reviewed = tuple[AdmissionRequest, Outcome, bytes] | str
 
 def engine_request(review: AdmissionRequest) -> Request:
     """The engine's request for `review`: the objects stay raw JSON until a rule needs them."""
-    # Positional: a compiled constructor called with keywords costs several times more.
-    return Request(
-        review.kind.group,
-        review.kind.kind,
-        review.operation,
-        review.namespace,
-        review.sub_resource,
-        None,
-        None,
-        review.raw_object,
-        review.raw_old_object if review.operation == "UPDATE" else None,
-        None,
-        "default",
-        review.user_info.username,
+    return Request.reviewed(
+        group=review.kind.group,
+        kind=review.kind.kind,
+        operation=review.operation,
+        namespace=review.namespace,
+        subresource=review.sub_resource,
+        raw=review.raw_object,
+        raw_old=review.raw_old_object,
+        user=review.user_info.username,
     )
 
 
