@@ -106,8 +106,10 @@ e2e: controlplane $(COMPILED)/.built
 	done
 
 # Debian packages the tests use: headless Chromium and chromedriver for the HTML report, zsh for
-# completion, gcc for the compiled engine. Where they cannot be installed those tests skip
-# (without gcc, the compiled build fails), except in CI (CI set), where this fails first.
+# completion, gcc for the compiled engine; and kubectl for the manifest renderings, built from
+# the newest pinned control plane's Go modules (tests/e2e/binaries.py) unless one is on PATH.
+# Where they cannot be installed those tests skip (without gcc, the compiled build fails),
+# except in CI (CI set), where this fails first.
 test-packages:
 	bash scripts/install-test-packages.sh || test -z "$$CI"
 

@@ -1,21 +1,25 @@
 """Shared by the manifest tests: the kustomizations rendered as deployed, and what is routed.
 
 `render()` gives the objects of the base and both overlays the way they get deployed (`kubectl
-kustomize`, or the files one by one where kubectl is missing); ROUTED is what the webhook
-handles, and `routed()` whether the apiserver would send an object to the webhooks at all.
+kustomize`; where kubectl is missing, the files one by one, unpatched, which the tests that
+check a rendering refuse through `require_kubectl`); ROUTED is what the webhook handles, and
+`routed()` whether the apiserver would send an object to the webhooks at all.
 Used by test_manifests.py and test_match_conditions.py.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
+import pytest
 import yaml
+from e2e.binaries import RELEASES, bin_dir
 
 from webhook.ruleset.files import load_rules
 from webhook.ruleset.models import RuleSet
@@ -33,7 +37,28 @@ K8S_VERSIONS = ("1.30", kubernetes_validate.latest_version())
 CERT_MANAGER_KINDS = frozenset({"Issuer", "Certificate"})
 NAMESPACE = "gpu-admission"
 SERVICE_DNS = f"gpu-admission.{NAMESPACE}.svc"
-KUBECTL = shutil.which("kubectl")
+
+
+def _kubectl() -> str | None:
+    """The kubectl the control plane build made (the newest pinned release: what CI renders
+    with, `make test-packages` builds it), else one on PATH."""
+    built = bin_dir(RELEASES[-1]) / "kubectl"
+    return str(built) if built.is_file() else shutil.which("kubectl")
+
+
+KUBECTL = _kubectl()
+
+
+def require_kubectl(what: str) -> str:
+    """kubectl, for a test that checks what it renders (`what`): skipped without it, with the
+    reason, except in CI (CI set), where it fails."""
+    if KUBECTL is None:
+        reason = f"kubectl is not installed, so {what} is not checked: run `make test-packages`"
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run every test, but {reason}")
+        pytest.skip(reason)
+    return KUBECTL
+
 
 RULES: RuleSet = load_rules(ROOT / "manifests" / "base" / "rules")  # what the ConfigMap ships
 

@@ -133,7 +133,14 @@ def test_text_format_goes_through_logging(monkeypatch: pytest.MonkeyPatch) -> No
 def test_a_broken_stream_does_not_fail_the_review(stderr: io.StringIO) -> None:
     decisions = _ours_alone()
     stderr.close()  # writes now raise; logging reports its own error instead
-    info_line(decisions, MESSAGE, FIELDS)
+    info_line(decisions, MESSAGE, FIELDS)  # returns: the review's answer still goes out
+    assert logs._direct is not None
+    assert logs._direct._queued == []  # dropped, not held to grow with every review
+    # Once there is somewhere to write again, the next line goes out alone and whole.
+    fresh = io.StringIO()
+    logs._direct.setStream(fresh)
+    info_line(decisions, "denied Pod ml-team/next", {**FIELDS, "objectName": "next"})
+    assert [line["objectName"] for line in _lines(fresh)] == ["next"]
 
 
 async def test_lines_of_one_loop_turn_go_out_in_one_write_and_in_order(

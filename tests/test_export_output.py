@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from conftest import ROOT
+from manifests_support import require_kubectl
 from native_cel import evaluate_policy, mutation_patches
 from test_export import (
     GOLDEN_CASES,
@@ -259,10 +259,10 @@ def test_the_native_overlay_holds_the_export_of_the_deployed_rules() -> None:
         )
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl renders the overlay")
 def test_the_native_overlay_deploys_the_policies_and_the_reduced_webhook(tmp_path: Path) -> None:
+    kubectl = require_kubectl("the native overlay's rendering")
     rendered = subprocess.run(
-        ["kubectl", "kustomize", str(NATIVE)], capture_output=True, text=True, timeout=60
+        [kubectl, "kustomize", str(NATIVE)], capture_output=True, text=True, timeout=60
     )
     assert rendered.returncode == 0, rendered.stderr
     docs = [d for d in yaml.safe_load_all(rendered.stdout) if d]

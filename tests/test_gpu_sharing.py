@@ -58,10 +58,14 @@ def test_without_the_scheduler_s_annotation_no_config_map_is_its() -> None:
 
 
 def test_odd_types_where_the_scheduler_reads_are_no_crash() -> None:
+    """A decision, not a crash nor an unreadable object: annotations that name no
+    scheduler's ConfigMap make no sharing pod, so the ConfigMap's device list is denied."""
     for notes in (None, [], {"gpu-fraction": 5}, {"gpu-fraction-container-name": 3}):
         pod = copy.deepcopy(POD)
         pod["metadata"]["annotations"] = notes
-        evaluate(subject_for(pod, namespace="ml-team"), RULES, None)  # a decision, not a crash
+        decision = evaluate(subject_for(pod, namespace="ml-team"), RULES, None)
+        assert decision.unreadable is None, notes
+        assert {f.rule for f in decision.denials} == {"visible-devices"}, notes
 
 
 def _without_env(pod: dict[str, Any]) -> dict[str, Any]:

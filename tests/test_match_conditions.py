@@ -36,6 +36,9 @@ UNTAINTED = (
     / "access-untainted-gpu-nodes-every-pod-gets-void"
     / "cluster.yaml"
 )
+# DeviceClasses of NVIDIA's DRA driver (GPUs, MIG, IMEX channels) and ml-team's claim templates
+# and claims: which DRA claims hand out GPUs is known only from these.
+DRA = Path(__file__).parent / "golden" / "dra-claim-template-pod-patched" / "cluster.yaml"
 
 # --- (b) matchConditions, evaluated with CEL ----------------------------------------------------
 
@@ -103,6 +106,16 @@ def _env(**env: Any) -> dict[str, Any]:
 
 def _tolerates(**toleration: Any) -> dict[str, Any]:
     return {"containers": [_container()], "tolerations": [toleration]}
+
+
+def _claims(where: str = "containers", uses: bool = True, **claim: Any) -> dict[str, Any]:
+    """A pod spec with DRA claim "gpu" (`claim`: its template or claim name), used by the
+    container in `where` (or by none)."""
+    used = {"resources": {"claims": [{"name": "gpu"}]}} if uses else {}
+    spec = {"containers": [_container(**({} if where != "containers" else used))]}
+    if where != "containers":
+        spec[where] = [_container(name="setup", **used)]
+    return {**spec, "resourceClaims": [{"name": "gpu", **claim}]}
 
 
 # Pod specs and whether the webhook must see them.
@@ -245,6 +258,33 @@ POD_SPECS: dict[str, tuple[dict[str, Any], bool]] = {
     ),
     "envfrom-in-pod-that-cannot-reach-gpu-nodes": (
         {"containers": [_container(envFrom=[{"configMapRef": {"name": "x"}}])]},
+        False,
+    ),
+    # DRA: only the cluster's DeviceClasses and the claim's template tell a GPU claim, so
+    # every claim is sent (DRA_SPECS are also judged with those facts).
+    "dra-claim-from-a-gpu-template": (_claims(resourceClaimTemplateName="single-gpu"), True),
+    "dra-claim-by-name": (_claims(resourceClaimName="shared-mig"), True),
+    "dra-claim-in-init-container": (
+        _claims("initContainers", resourceClaimTemplateName="two-gpus"),
+        True,
+    ),
+    "dra-claim-of-a-template-not-known": (_claims(resourceClaimTemplateName="made-later"), True),
+    "dra-claim-of-a-class-of-no-gpus": (_claims(resourceClaimTemplateName="imex-channel"), True),
+    "dra-claim-no-container-uses": (
+        _claims(uses=False, resourceClaimTemplateName="single-gpu"),
+        True,
+    ),
+    "dra-no-claims": ({"containers": [_container()], "resourceClaims": []}, False),
+    "dra-class-implicit-resource": (
+        _limits("deviceclass.resource.kubernetes.io/gpu.nvidia.com", "1"),
+        True,
+    ),
+    "dra-class-implicit-resource-in-requests": (
+        _requests("deviceclass.resource.kubernetes.io/mig.nvidia.com", 1),
+        True,
+    ),
+    "dra-class-implicit-resource-zero": (
+        _limits("deviceclass.resource.kubernetes.io/gpu.nvidia.com", "0"),
         False,
     ),
 }
@@ -472,6 +512,18 @@ def needs_webhook(obj: dict[str, Any], rules: RuleSet = RULES) -> bool:
     return bool(decision.patch or decision.judged or decision.unreadable)
 
 
+def needs_webhook_dra(obj: dict[str, Any]) -> bool:
+    """`needs_webhook` with the DRA driver's classes and ml-team's claim templates known."""
+    facts = _dra().facts_for("ml-team")
+    decision = evaluate(subject_for(obj, namespace="ml-team"), _compiled(RULES), facts)
+    return bool(decision.patch or decision.judged or decision.unreadable)
+
+
+@functools.cache
+def _dra() -> StaticSnapshot:
+    return load_snapshot(DRA)
+
+
 def needs_webhook_untainted(obj: dict[str, Any]) -> bool:
     """`needs_webhook` with facts that show a GPU node without any taint."""
     facts = _untainted().facts_for("ml-team")
@@ -510,6 +562,10 @@ def test_the_match_conditions_select_exactly_the_pod_specs_the_webhook_must_see(
     # The example itself is right: the engine finds the pod spec where it is and acts on it
     # (or, for the few the conditions send as a cheap superset, has nothing to say).
     not_needed = SENT_BUT_NOT_NEEDED | (REACH_ONLY if kind in RUNTIMES else frozenset())
+    if spec_name.startswith("dra-"):
+        # With the facts, a claim of a class that hands out no GPU has nothing to answer.
+        needed = expected and spec_name not in not_needed | NO_GPU_CLASS
+        assert needs_webhook_dra(obj) is needed
     if spec_name in UNTAINTED_ONLY:
         # Nothing to say where GPU nodes carry a GPU taint; where one carries none, the pod
         # lands there with no toleration, and the engine judges or changes it.
@@ -535,7 +591,10 @@ UNTAINTED_ONLY = frozenset(
 
 
 # Sent because the condition stays cheap, though the engine has nothing to say about them.
-SENT_BUT_NOT_NEEDED = frozenset({"visible-devices-void"})
+SENT_BUT_NOT_NEEDED = frozenset({"visible-devices-void", "dra-claim-no-container-uses"})
+# Sent because only the facts tell: without them the engine warns of a claim it cannot place;
+# with them it knows the class hands out no GPU.
+NO_GPU_CLASS = frozenset({"dra-claim-of-a-class-of-no-gpus"})
 # Pod specs that only reach GPU nodes: in a runtime others are merged into (a container may
 # get its GPU from them) the engine adds no NVIDIA_VISIBLE_DEVICES=void and warns of nothing.
 REACH_ONLY = frozenset(

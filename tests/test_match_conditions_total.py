@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import functools
+from pathlib import Path
 from typing import Any
 
 import cel
@@ -24,10 +25,27 @@ from manifests_support import ROOT, pod_webhook_entries, resource_of
 
 from webhook.engine import compile_rules, evaluate, subject_for
 from webhook.engine.workloads import DEFAULT_TABLE, Workload
+from webhook.facts.model import Facts
+from webhook.facts.snapshotfile import load_snapshot
 from webhook.ruleset.files import load_rules
 from webhook.ruleset.workloads import LIST_ITEMS, MAP_VALUES
 
 RULES = compile_rules(load_rules(ROOT / "rules"))
+# The judge is the engine under each kind of cluster whose facts widen what it acts on: none
+# (the webhook without a source of facts), NVIDIA's DRA driver with ml-team's claim templates
+# (a claim is a GPU ask only by these), and GPU nodes that carry no GPU taint (any pod may
+# land there: privileged mode, hostPath and device variables are judged in every pod). There
+# the engine would give every plain pod NVIDIA_VISIBLE_DEVICES=void too, which the routing
+# leaves out by design (docs/gpu-pods.md): only its findings must be sent. Each cluster with
+# whether a patch alone must be sent.
+_GOLDEN = Path(__file__).parent / "golden"
+_DRA = _GOLDEN / "dra-claim-template-pod-patched" / "cluster.yaml"
+_UNTAINTED = _GOLDEN / "access-untainted-gpu-nodes-every-pod-gets-void" / "cluster.yaml"
+CLUSTERS: tuple[tuple[Facts | None, bool], ...] = (
+    (None, True),
+    (load_snapshot(_DRA).facts_for("ml-team"), True),
+    (load_snapshot(_UNTAINTED).facts_for("ml-team"), False),
+)
 _VARIABLES = ("object", "oldObject", "request")
 
 
@@ -117,6 +135,21 @@ def _object(workload: Workload, spec: dict[str, Any]) -> dict[str, Any]:
 KINDS = [w for w in DEFAULT_TABLE.kinds if w.spec_paths]
 GPU_CONTAINER = {"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
 PLAIN_CONTAINER = {"name": "main", "image": "x"}
+# A container whose GPU comes through DRA: claim "gpu" of the pod spec (from a template of the
+# DRA cluster), or the implicit resource of its GPU class.
+CLAIM_CONTAINER = {"name": "main", "image": "x", "resources": {"claims": [{"name": "gpu"}]}}
+GPU_CLAIMS = [{"name": "gpu", "resourceClaimTemplateName": "single-gpu"}]
+IMPLICIT_CONTAINER = {
+    "name": "main",
+    "image": "x",
+    "resources": {"limits": {"deviceclass.resource.kubernetes.io/gpu.nvidia.com": "1"}},
+}
+POD_SPECS = {
+    "gpu": {"containers": [GPU_CONTAINER]},
+    "plain": {"containers": [PLAIN_CONTAINER]},
+    "dra-claim": {"containers": [CLAIM_CONTAINER], "resourceClaims": GPU_CLAIMS},
+    "dra-implicit": {"containers": [IMPLICIT_CONTAINER]},
+}
 
 # Paths inside a pod spec that a condition reads, and the object's own fields.
 SPEC_PATHS: list[tuple[str | int, ...]] = [
@@ -235,17 +268,20 @@ def _spec_root(workload: Workload) -> tuple[str | int, ...]:
 
 
 def _needs_webhook(obj: Any, old: Any, operation: str) -> bool | None:
-    """Whether the engine would change or judge the object; None when it finds the object
-    unreadable (a CRD with the wrong types: the apiserver admits it unrouted, and no pod can
-    be made of it as it stands)."""
+    """Whether the engine would change or judge the object in any of CLUSTERS; None when it
+    finds the object unreadable (a CRD with the wrong types: the apiserver admits it
+    unrouted, and no pod can be made of it as it stands)."""
     if not isinstance(obj, dict) or not isinstance(obj.get("kind"), str):
         return False
-    decision = evaluate(
-        subject_for(obj, namespace="ml-team", operation=operation, old_obj=old), RULES, None
-    )
-    if decision.unreadable is not None:
-        return None
-    return bool(decision.patch or decision.judged)
+    needed = False
+    for facts, patches in CLUSTERS:
+        decision = evaluate(
+            subject_for(obj, namespace="ml-team", operation=operation, old_obj=old), RULES, facts
+        )
+        if decision.unreadable is not None:
+            return None
+        needed = needed or bool(decision.judged) or (patches and bool(decision.patch))
+    return needed
 
 
 @settings(
@@ -255,19 +291,19 @@ def _needs_webhook(obj: Any, old: Any, operation: str) -> bool | None:
 )
 @given(
     workload=st.sampled_from(KINDS),
-    container=st.sampled_from([GPU_CONTAINER, PLAIN_CONTAINER]),
+    spec=st.sampled_from(list(POD_SPECS.values())),
     where=st.sampled_from(WHERE),
     value=JSON,
     operation=st.sampled_from(["CREATE", "UPDATE"]),
 )
 def test_any_json_anywhere_evaluates_in_both_cel_implementations_and_routes_what_we_judge(
     workload: Workload,
-    container: dict[str, Any],
+    spec: dict[str, Any],
     where: tuple[str, tuple[str | int, ...]],
     value: Any,
     operation: str,
 ) -> None:
-    base = _object(workload, {"containers": [copy.deepcopy(container)]})
+    base = _object(workload, copy.deepcopy(spec))
     scope, path = where
     if scope == "spec":
         full = (*_spec_root(workload), *path)
@@ -334,12 +370,13 @@ def test_any_value_in_the_metadata_beside_a_pod_spec_evaluates_everywhere(
 
 def test_a_gpu_pod_spec_is_still_sent_and_a_plain_one_is_not() -> None:
     """The guards change nothing for well-formed objects (the cases of
-    test_match_conditions.py cover the rest, kind by kind)."""
+    test_match_conditions.py cover the rest, kind by kind); each GPU spec is one the judge
+    says must be sent."""
     for workload in KINDS:
-        gpu = _both(
-            _object(workload, {"containers": [copy.deepcopy(GPU_CONTAINER)]}), None, "CREATE"
-        )
-        assert all(gpu.values()), workload.kind
+        for name in ("gpu", "dra-claim", "dra-implicit"):
+            obj = _object(workload, copy.deepcopy(POD_SPECS[name]))
+            assert _needs_webhook(obj, None, "CREATE"), (workload.kind, name)
+            assert all(_both(obj, None, "CREATE").values()), (workload.kind, name)
         plain = _both(
             _object(workload, {"containers": [copy.deepcopy(PLAIN_CONTAINER)]}), None, "CREATE"
         )

@@ -14,7 +14,6 @@ import json
 import math
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 import promql_parser
 import pytest
 import yaml
+from manifests_support import require_kubectl
 from prometheus_client import REGISTRY
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -211,12 +211,12 @@ def test_the_cert_expiry_gauge_reads_the_serving_certificate(tmp_path: Path) -> 
     assert math.isnan(cert_expiry_seconds(tmp_path / "missing.crt"))
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl renders the kustomization")
 def test_kubectl_renders_the_monitoring_kustomization_into_valid_objects() -> None:
     import kubernetes_validate
 
+    kubectl = require_kubectl("the monitoring kustomization's rendering")
     out = subprocess.run(
-        ["kubectl", "kustomize", str(MONITORING)], capture_output=True, text=True, check=True
+        [kubectl, "kustomize", str(MONITORING)], capture_output=True, text=True, check=True
     ).stdout
     docs = [d for d in yaml.safe_load_all(out) if d]
     assert sorted(d["kind"] for d in docs) == ["ConfigMap", "PodMonitor", "PrometheusRule"]

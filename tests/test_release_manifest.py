@@ -10,9 +10,15 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from manifests_support import K8S_VERSIONS, KUBECTL, KUSTOMIZATIONS, ROOT, render
+from manifests_support import K8S_VERSIONS, KUSTOMIZATIONS, ROOT, render, require_kubectl
 
-needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl renders the overlays")
+
+@pytest.fixture
+def kubectl() -> str:
+    return require_kubectl("the overlays' rendering")
+
+
+needs_kubectl = pytest.mark.usefixtures("kubectl")
 
 
 DIST = ROOT / "dist" / "install.yaml"
@@ -37,10 +43,10 @@ def test_every_object_of_the_release_manifest_is_valid(version: str) -> None:
 
 @needs_kubectl
 @pytest.mark.parametrize("overlay", ["cert-manager", "self-signed"])
-def test_plain_kubectl_kustomize_renders_each_overlay(overlay: str) -> None:
+def test_plain_kubectl_kustomize_renders_each_overlay(overlay: str, kubectl: str) -> None:
     # `kubectl apply -k` renders the same way: no load restrictor, no files outside the folder.
     result = subprocess.run(
-        [str(KUBECTL), "kustomize", str(KUSTOMIZATIONS[overlay])],
+        [kubectl, "kustomize", str(KUSTOMIZATIONS[overlay])],
         capture_output=True,
         text=True,
         timeout=60,

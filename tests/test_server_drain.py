@@ -148,7 +148,11 @@ def test_sigterm_fails_readiness_first_then_drains_without_cutting_a_request(
         f"Content-Length: {len(BODY)}\r\n\r\n".encode()
         + BODY[:half]
     )
+    deadline = time.monotonic() + PATIENCE
     while len(sent) < 20:
+        assert time.monotonic() < deadline, (
+            f"only {len(sent)} reviews answered:\n{server.log.read_text()}"
+        )
         time.sleep(0.01)
     metrics = httpx.get(f"http://127.0.0.1:{server.probe_port}/metrics", timeout=2).text
     assert "\ngpu_admission_gpu_holds " in metrics  # the snapshot's holds, exported

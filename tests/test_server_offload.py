@@ -183,7 +183,11 @@ async def test_a_review_whose_client_leaves_while_it_waits_gives_its_budget_back
         first[1].write(post(body))
         gone[1].write(post(body))
         await gone[1].drain()
-        await asyncio.sleep(0.2)  # both read: the second waits behind the first
+        # Both heads read, both bodies' budget drawn: the second waits behind the first.
+        deadline = time.monotonic() + 15
+        while servers.state.body_bytes < 2 * len(body):
+            assert time.monotonic() < deadline, servers.state.body_bytes
+            await asyncio.sleep(0.01)
         gone[1].transport.abort()
         status, _, answer = await read_response(first[0])
         assert status == 200 and json.loads(answer)["response"]["uid"] == big["request"]["uid"]

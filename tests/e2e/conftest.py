@@ -47,11 +47,17 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGTERM, _interrupted)
 
 
+# pytest-timeout's limit for an end-to-end test (the unit tests' is pyproject's): the first one
+# of a run also waits for the control plane to come up (one to two minutes on 2 cores).
+E2E_TIMEOUT = 900
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
     for item in items:
         if here in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.e2e)
+            item.add_marker(pytest.mark.timeout(E2E_TIMEOUT))
 
 
 def pytest_report_header() -> str:

@@ -190,7 +190,9 @@ def _plain_asks(
         for section in (limits, requests)
         if isinstance(section, dict)
         for n in section
-        if isinstance(n, str) and (n.startswith(IMPLICIT_PREFIX) or n in served)
+        if isinstance(n, str)
+        and (n.startswith(IMPLICIT_PREFIX) or n in served)
+        and not _zero(section[n])
     ]
     if not names:
         return None
@@ -241,6 +243,15 @@ def _plain_asks(
         gpu_classes=(*c.gpu_classes, *(k for k in classes if k not in c.gpu_classes)),
         unresolved=(*c.unresolved, *unknown),
     )
+
+
+def _zero(value: object) -> bool:
+    """An amount of 0: no ask, as `nvidia.com/gpu: 0` is none (and the routing CEL skips
+    it). What does not parse is kept, so that it is named as unreadable."""
+    try:
+        return parse_quantity(value) == 0
+    except QuantityError:
+        return False
 
 
 def may_ask_gpu(pod: PodView, ctx: Context) -> bool:
