@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from e2e import binaries
-from e2e import cluster as clustermod
-from e2e.support import Installed, install, stop_process
+from tests.e2e import binaries
+from tests.e2e import cluster as clustermod
+from tests.e2e.support import Installed, install, stop_process
 
 HOW_TO_RUN = (
     "the end-to-end tests run on a real control plane built from Go modules: install Go and "

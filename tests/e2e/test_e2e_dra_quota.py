@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.support import Installed, eventually, exported_quotas, kube_json, post_review
+from tests.e2e.support import Installed, eventually, exported_quotas, kube_json, post_review
 from webhook.facts.dra import MAX_ALLOCATION, claim_spec, device_key, devices_of
 
 

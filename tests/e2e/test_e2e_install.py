@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from e2e.support import ROOT, Installed, contains, kube_json
+from tests.e2e.support import ROOT, Installed, contains, kube_json
 from webhook.export.bundle import VALIDATING_SINCE
 
 RESOURCE = {

@@ -16,7 +16,7 @@ import httpx
 import pytest
 import yaml
 
-from e2e.support import ROOT, Installed, eventually, gpu_pod, post_review, wait_until_called
+from tests.e2e.support import ROOT, Installed, eventually, gpu_pod, post_review, wait_until_called
 from webhook.engine.compiled import compile_rules
 from webhook.export.bundle import MUTATING_SINCE, VALIDATING_SINCE, build
 from webhook.quantity import parse_quantity

@@ -16,7 +16,7 @@ import httpx
 import pytest
 import yaml
 
-from e2e.support import Installed, eventually, gpu_pod
+from tests.e2e.support import Installed, eventually, gpu_pod, node
 
 PODS = 200
 SEED = 20261128
@@ -59,23 +59,6 @@ NODES: list[tuple[str, dict[str, str], list[dict[str, str]], dict[str, str]]] = 
     ("cpu-0", {}, [], {}),
 ]
 PRODUCTS = ["NVIDIA-A100-SXM4-80GB", "NVIDIA-L4", "NVIDIA-H100-80GB-HBM3", "Tesla-T4"]
-
-
-def node(
-    name: str, labels: dict[str, str], taints: list[dict[str, str]], gpus: dict[str, str]
-) -> dict[str, Any]:
-    resources = {"cpu": "64", "memory": "512Gi", "pods": "110", **gpus}
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "annotations": {"kwok.x-k8s.io/node": "fake"},
-            "labels": {"kubernetes.io/hostname": name, "type": "kwok", **labels},
-        },
-        "spec": {"taints": taints},
-        "status": {"allocatable": resources, "capacity": resources},
-    }
 
 
 def generated_pods(count: int) -> Iterator[dict[str, Any]]:
