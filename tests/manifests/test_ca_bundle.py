@@ -15,14 +15,6 @@ from tests.support.manifests import K8S_VERSIONS, KUSTOMIZATIONS, render, webhoo
 from webhook.certs.inject import inject_ca_bundle, inject_ca_bundle_file
 
 
-@pytest.fixture(scope="module")
-def ca_pem(tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    from webhook.certs.generate import generate
-
-    paths = generate(tmp_path_factory.mktemp("ca"), ["gpu-admission.gpu-admission.svc"])
-    return paths.ca_cert.read_bytes()
-
-
 def test_inject_ca_bundle_sets_the_bundle_on_every_webhook_and_nothing_else(ca_pem: bytes) -> None:
     docs = [copy.deepcopy(d) for d in render("base")]
     before = copy.deepcopy(docs)

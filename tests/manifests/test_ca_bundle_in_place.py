@@ -18,13 +18,6 @@ from webhook.certs.inject import inject_ca_bundle_file
 from webhook.cli import main
 
 
-@pytest.fixture(scope="module")
-def ca_pem(tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    from webhook.certs.generate import generate
-
-    return generate(tmp_path_factory.mktemp("ca"), ["gpu-admission.svc"]).ca_cert.read_bytes()
-
-
 # One `clientConfig` as written, before and after: `{old}` and `{new}` stand for the value in
 # its quotes, `{line}` for the line inject adds, `{bundle}` for the bare bundle.
 @dataclass(frozen=True)
