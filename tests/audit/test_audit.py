@@ -233,7 +233,7 @@ POLICY_REPORT_SCHEMA = {
 CLUSTER_POLICY_REPORT_SCHEMA = {
     **POLICY_REPORT_SCHEMA,
     "properties": {
-        **POLICY_REPORT_SCHEMA["properties"],
+        **POLICY_REPORT_SCHEMA["properties"],  # type: ignore[dict-item]
         "kind": {"const": "ClusterPolicyReport"},
         "metadata": {"type": "object", "required": ["name"], "not": {"required": ["namespace"]}},
     },

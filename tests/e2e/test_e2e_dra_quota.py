@@ -127,7 +127,7 @@ def _check(
     for claim in (exact, first):
         plane.kubectl("create", "-n", namespace, "-f", "-", stdin=json.dumps(claim))
         charged += _charged(claim, key)
-        eventually(lambda n=charged: used() == str(n), what=f"quota used {charged}")
+        eventually(lambda n=charged: used() == str(n), what=f"quota used {charged}")  # type: ignore[misc]
     assert charged == 4  # 2, then the larger of 1 and 2
 
     every = _claim(

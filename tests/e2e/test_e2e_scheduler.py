@@ -184,7 +184,8 @@ def test_the_scheduler_agrees_with_gpu_schedulable(
             client.delete(f"{base}/{name}", params={"gracePeriodSeconds": "0"})
             # the next pod sees an empty cluster
             eventually(
-                lambda n=name: client.get(f"{base}/{n}").status_code == 404, what=f"{name} deleted"
+                lambda n=name: client.get(f"{base}/{n}").status_code == 404,  # type: ignore[misc]
+                what=f"{name} deleted",
             )
     print(f"\nscheduler agreement on {PODS} pods (webhook, scheduler): {agreed}")
     assert not disagreements, disagreements[:5]

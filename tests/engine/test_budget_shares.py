@@ -179,7 +179,7 @@ class _Source:
 def test_eight_half_gpu_pods_fill_a_budget_of_4_through_holds_and_the_ninth_is_over() -> None:
     rules = compile_rules(RuleSet.model_validate(BUDGET_OF_4))
     holds = Reservations(ttl=60)
-    source = ReservingFacts(_Source(), holds)
+    source = ReservingFacts(_Source(), holds)  # type: ignore[arg-type]
     for i in range(9):
         pod = _kai(f"nb-{i}")
         decision = evaluate(subject_for(pod, namespace="ml"), rules, source.facts_for("ml"))

@@ -199,9 +199,9 @@ def test_claims_in_the_store_keep_the_namespace_device_total_up_to_date() -> Non
             for i in range(3)
         ],
     )
-    assert store.facts_for("ml-team").claim_devices == {GPU_KEY: 6}
+    assert store.facts_for("ml-team").claim_devices == {GPU_KEY: 6}  # type: ignore[union-attr]
     store.put("resourceclaims", "ml-team", "c0", None)
-    assert store.facts_for("ml-team").claim_devices == {GPU_KEY: 4}
+    assert store.facts_for("ml-team").claim_devices == {GPU_KEY: 4}  # type: ignore[union-attr]
     taken = store.facts_for("ml-team")
     store.put(
         "resourceclaims",
@@ -209,9 +209,9 @@ def test_claims_in_the_store_keep_the_namespace_device_total_up_to_date() -> Non
         "c9",
         dra.claim_spec({"devices": {"requests": [exactly("g", "gpu.nvidia.com", 1)]}}),
     )
-    assert store.facts_for("ml-team").claim_devices == {GPU_KEY: 5}
+    assert store.facts_for("ml-team").claim_devices == {GPU_KEY: 5}  # type: ignore[union-attr]
     assert taken is not None and taken.claim_devices == {GPU_KEY: 4}  # a reader's value stays
-    assert store.facts_for("other").claims == {}
+    assert store.facts_for("other").claims == {}  # type: ignore[union-attr]
 
 
 def test_a_snapshot_claim_object_without_a_namespace_is_refused_naming_it() -> None:

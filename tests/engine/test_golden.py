@@ -13,7 +13,9 @@ A case folder holds:
   old, kind, dry_run, subresource (e.g. ephemeralcontainers).
 - `rules.yaml` (optional): a whole rule file, loaded on its own instead of the shipped `rules/`.
 - `cluster.yaml` (optional): a `gpu-admission.io/v1` ClusterSnapshot; without one the
-  cluster-aware rules do not run (the webhook started with no source of facts).
+  cluster-aware rules do not run (the webhook started with no source of facts). Most cases
+  judged with facts link it to tests/golden/cluster.yaml, the shared cluster; a case whose
+  cluster differs has a file of its own.
 - `expected.yaml`: `allowed`; `denied`, `warned` and optionally `audited` (rule ids);
   `unchanged: true` (no patch) or `mutated` (the whole object after the patch); `messages`
   (strings found in the denial message and warnings); `absent` (strings never found there: a

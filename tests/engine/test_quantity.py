@@ -122,7 +122,7 @@ def test_anything_parses_to_a_bounded_value_or_is_refused(value: object) -> None
         result = parse_quantity(value)
     except QuantityError:
         return
-    assert abs(result) <= _CEILING
+    assert abs(result) <= _CEILING  # type: ignore[operator]
     assert _NANO % result.denominator == 0
     # Whole amounts come back as ints, which add and compare in C; only the rest as Fractions.
     assert type(result) is (int if result.denominator == 1 else Fraction)

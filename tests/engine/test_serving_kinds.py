@@ -120,7 +120,7 @@ def test_kaito_runs_a_workspace_template_on_count_nodes_an_inferenceset_replicas
         "inference": {"template": _template(ports=False)},
     }
     assert _views(workspace) == {"inference.template.spec": (2, "main")}
-    del workspace["resource"]["count"]
+    del workspace["resource"]["count"]  # type: ignore[attr-defined]
     assert _views(workspace) == {"inference.template.spec": (1, "main")}
     preset = {**workspace, "inference": {"preset": {"name": "phi-4-mini-instruct"}}}
     assert _views(preset) == {}  # KAITO renders a preset itself: its pods are judged

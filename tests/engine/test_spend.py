@@ -133,7 +133,7 @@ def test_a_release_judges_the_unchanged_template_against_budgets_alone_and_patch
     fields: a patch adding /dev/shm or tolerations to the template would fail the admission.
     So the release brings the budgets, and nothing else."""
     new = copy.deepcopy(OLD_JOB)
-    new["spec"]["suspend"] = False
+    new["spec"]["suspend"] = False  # type: ignore[index]
     rules = compile_rules(RuleSet())
     decision = evaluate(
         subject_for(new, namespace="ml", operation="UPDATE", old_obj=OLD_JOB), rules, None

@@ -211,7 +211,7 @@ def test_nim_services_are_selected_by_their_spec_and_pipelines_by_each_service()
         },
     }
     assert _selects(condition, pipeline)
-    pipeline["spec"]["services"][1]["spec"] = spec(0)
+    pipeline["spec"]["services"][1]["spec"] = spec(0)  # type: ignore[index]
     assert not _selects(condition, pipeline)
 
 
@@ -226,7 +226,7 @@ def test_a_pod_with_resource_claims_is_selected_for_the_webhook_to_resolve() -> 
         },
     }
     assert _selects(condition, pod)
-    del pod["spec"]["resourceClaims"]
+    del pod["spec"]["resourceClaims"]  # type: ignore[attr-defined]
     assert not _selects(condition, pod)
 
 

@@ -269,7 +269,7 @@ def test_exemptions_by_labels_and_service_account_as_the_engine(
         "spec": {"template": {"metadata": {"labels": pod_labels}, "spec": half_gpu_pod()["spec"]}},
     }
     if account:
-        deployment["spec"]["template"]["spec"]["serviceAccountName"] = account
+        deployment["spec"]["template"]["spec"]["serviceAccountName"] = account  # type: ignore[index]
     case = Case("exemption", deployment, namespace=namespace, labels=labels)
     decision = evaluate(case.subject(), rules, None, stage=Stage.ADMIT)
     assert bool(decision.judged) is not exempt and bool(decision.patch) is not exempt

@@ -227,10 +227,10 @@ def test_a_controller_update_is_judged_only_when_its_template_changed() -> None:
         "spec": {"replicas": 1, "template": template},
     }
     scaled = copy.deepcopy(old)
-    scaled["spec"]["replicas"] = 3
+    scaled["spec"]["replicas"] = 3  # type: ignore[index]
     assert not evaluate_policy(policy, scaled, operation="UPDATE", old=old).failed
     changed = copy.deepcopy(old)
-    changed["spec"]["template"]["spec"]["containers"][0]["image"] = "vllm:2"
+    changed["spec"]["template"]["spec"]["containers"][0]["image"] = "vllm:2"  # type: ignore[index]
     outcome = evaluate_policy(policy, changed, operation="UPDATE", old=old)
     assert outcome.failed and "spec.template.spec.containers[0]" in outcome.message
     assert evaluate_policy(policy, old, operation="CREATE").failed

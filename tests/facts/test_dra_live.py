@@ -56,13 +56,13 @@ def test_dra_objects_are_listed_then_followed_by_the_watch(server: FakeApiServer
         )
         server.put("resourceclaims", claim("p-gpu-1", exactly("g", "gpu.nvidia.com"), owner="p"))
         server.delete("deviceclasses", "", "nic.example.com")
-        eventually(lambda: dra_of(live).claim_devices == {GPU_KEY: 3})
-        eventually(lambda: set(dra_of(live).templates or ()) == {"one-gpu", "two-gpus"})
-        eventually(lambda: "nic.example.com" not in (dra_of(live).device_classes or {}))
+        eventually(lambda: dra_of(live).claim_devices == {GPU_KEY: 3})  # type: ignore[union-attr]
+        eventually(lambda: set(dra_of(live).templates or ()) == {"one-gpu", "two-gpus"})  # type: ignore[union-attr]
+        eventually(lambda: "nic.example.com" not in (dra_of(live).device_classes or {}))  # type: ignore[union-attr]
         assert facts.claim_devices == {GPU_KEY: 2}  # what a request took does not change
         server.delete("resourceclaims", "ml-team", "shared")
-        eventually(lambda: dra_of(live).claim_devices == {GPU_KEY: 1})
-        assert dra_of(live, "other").claims == {}
+        eventually(lambda: dra_of(live).claim_devices == {GPU_KEY: 1})  # type: ignore[union-attr]
+        assert dra_of(live, "other").claims == {}  # type: ignore[union-attr]
     finally:
         live.stop()
 
@@ -110,7 +110,7 @@ def test_dra_not_served_is_known_empty_and_does_not_hold_up_the_sync(
         assert (facts.device_classes, facts.templates, facts.claims) == ({}, {}, {})
         server.missing = set()  # DRA enabled later: the recheck finds it
         server.put("deviceclasses", dict(CLASSES[0]))
-        eventually(lambda: "gpu.nvidia.com" in (dra_of(live).device_classes or {}))
+        eventually(lambda: "gpu.nvidia.com" in (dra_of(live).device_classes or {}))  # type: ignore[union-attr]
     finally:
         live.stop()
 
@@ -152,7 +152,7 @@ def test_the_claim_made_for_an_admitted_pod_ends_its_hold(server: FakeApiServer)
             claim("train-0-gpu-x", exactly("g", "gpu.nvidia.com"), owner="train-0"),
         )
         eventually(lambda: holds.count == 0)
-        assert dra_of(live).claim_devices == {GPU_KEY: 1}
+        assert dra_of(live).claim_devices == {GPU_KEY: 1}  # type: ignore[union-attr]
     finally:
         live.stop()
 
@@ -187,7 +187,7 @@ def test_resource_slices_are_counted_per_node_and_followed(server: FakeApiServer
         assert facts is not None and facts.node_devices == {"n1": {"gpu.nvidia.com": 16}}
         server.put("resourceslices", _slice("n2-gpu", "n2", 8))
         server.delete("resourceslices", "", "n1-gpu")
-        eventually(lambda: dra_of(live).node_devices == {"n2": {"gpu.nvidia.com": 8}})
+        eventually(lambda: dra_of(live).node_devices == {"n2": {"gpu.nvidia.com": 8}})  # type: ignore[union-attr]
         assert facts.node_devices == {"n1": {"gpu.nvidia.com": 16}}  # a review's view stays
     finally:
         live.stop()

@@ -40,7 +40,7 @@ def cache(server: FakeApiServer) -> Iterator[LiveCache]:
 
 
 def used(cache: LiveCache, ns: str = "ml-team") -> Fraction:
-    return cache.facts_for(ns).usage.by_resource.get("nvidia.com/gpu", Fraction(0))
+    return cache.facts_for(ns).usage.by_resource.get("nvidia.com/gpu", Fraction(0))  # type: ignore[return-value]
 
 
 def test_the_initial_list_is_paged_and_fills_every_kind(

@@ -41,7 +41,7 @@ def pod(
 
 def held_gpus(r: Reservations, namespace: str = "ml") -> Fraction:
     total = r.usage(namespace)
-    return total.by_resource.get(GPU, Fraction(0)) if total is not None else Fraction(0)
+    return total.by_resource.get(GPU, Fraction(0)) if total is not None else Fraction(0)  # type: ignore[return-value]
 
 
 class Snapshot:

@@ -66,7 +66,7 @@ def _selected_metrics(expr: str) -> set[str]:
 
     def visit(node: Any) -> None:
         if isinstance(node, promql_parser.VectorSelector):
-            found.add(node.name)
+            found.add(node.name)  # type: ignore[arg-type]
         for attr in ("expr", "lhs", "rhs", "vector_selector", "param"):
             child = getattr(node, attr, None)
             if child is not None and isinstance(child, promql_parser.Expr):

@@ -221,7 +221,7 @@ def test_the_install_step_gives_a_working_console_script(tmp_path: Path) -> None
     pip = [sys.executable, "-m", "pip", "--python", str(env_dir / "bin" / "python")]
     for install in _pip_installs(stage):
         # --no-cache-dir keeps the image small; here the cache only saves downloads.
-        args = [a for a in install if a != "--no-cache-dir"]
+        args = [a for a in install if a != "--no-cache-dir"]  # type: ignore[assignment]
         try:
             result = subprocess.run(
                 [*pip, "install", "--quiet", "--disable-pip-version-check", *args],

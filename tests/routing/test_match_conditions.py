@@ -93,7 +93,7 @@ def test_kserve_models_asking_for_a_gpu_are_selected(field: str) -> None:
     predictor = {field: {"storageUri": "s3://m", "resources": {"limits": {"nvidia.com/gpu": 1}}}}
     obj = KINDS["InferenceService-predictor"](predictor)
     assert selects(obj) is True
-    predictor[field]["resources"]["limits"]["nvidia.com/gpu"] = 0
+    predictor[field]["resources"]["limits"]["nvidia.com/gpu"] = 0  # type: ignore[index]
     assert selects(obj) is False
 
 

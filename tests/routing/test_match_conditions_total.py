@@ -199,8 +199,8 @@ def _set(root: Any, path: tuple[str | int, ...], value: Any) -> Any:
         node = list(node)
         node[0] = _set(node[0], rest, value)
         return node
-    node = dict(root) if isinstance(root, dict) else {}
-    node[head] = _set(node.get(head), rest, value)
+    node = dict(root) if isinstance(root, dict) else {}  # type: ignore[assignment]
+    node[head] = _set(node.get(head), rest, value)  # type: ignore[attr-defined, call-overload]
     return node
 
 

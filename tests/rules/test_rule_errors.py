@@ -21,7 +21,9 @@ from webhook.ruleset.models import RuleSettings
 
 MODES = ["enforce", "warn", "audit", "off"]
 RULES_WITH_MODE = sorted(
-    str(f.alias) for f in RuleSettings.model_fields.values() if "mode" in f.annotation.model_fields
+    str(f.alias)
+    for f in RuleSettings.model_fields.values()
+    if "mode" in f.annotation.model_fields  # type: ignore[union-attr]
 )
 # Mapping places that take only known keys, by what they need to exist in the document.
 NAMES = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=12)

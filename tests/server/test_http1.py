@@ -196,7 +196,7 @@ async def test_a_client_that_never_reads_its_answers_is_cut(holder: RuleHolder) 
         async with running_plain(holder, limits) as servers:
             _, writer = await connect(servers.port)
             transport = writer.transport
-            transport.pause_reading()  # this client reads nothing
+            transport.pause_reading()  # type: ignore[attr-defined]  # this client reads nothing
             get = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"  # a large answer, a small ask
             with contextlib.suppress(ConnectionError):
                 for _ in range(200):
@@ -341,7 +341,7 @@ async def test_any_bytes_get_answers_or_a_close_never_an_exception(
     """Whatever arrives, in whatever pieces: every answer written is a whole HTTP/1.1
     response, and a request that could not be read closes the connection."""
     routes = make_app(holder, state=ServerState(Limits(max_body=1024)))
-    conn = Connection(_Listener(), routes)  # type: ignore[arg-type]
+    conn = Connection(_Listener(), routes)
     transport = _Transport()
     conn.connection_made(transport)  # type: ignore[arg-type]
     for chunk in chunks:

@@ -158,4 +158,4 @@ def test_the_serve_flags_reach_the_server(monkeypatch: pytest.MonkeyPatch) -> No
     assert seen["probe_port"] is None  # 0: probes and /metrics on the HTTPS port
     assert (seen["drain_seconds"], seen["hold_seconds"], seen["release_memory"]) == (0.5, 0, False)
     assert main(["serve", "--no-cluster"]) == 0
-    assert (seen["probe_port"], seen["limits"], seen["release_memory"]) == (8081, Limits(), True)
+    assert (seen["probe_port"], seen["limits"], seen["release_memory"]) == (8081, Limits(), True)  # type: ignore[comparison-overlap]

@@ -25,7 +25,7 @@ _TAG = "\x00quantity"
 def _parse(text: Any) -> Fraction:
     if not isinstance(text, str):
         raise TypeError(f"quantity() takes a string, not {type(text).__name__}")
-    return parse_quantity(text)
+    return parse_quantity(text)  # type: ignore[return-value]
 
 
 def _value(q: Any) -> Fraction:
@@ -82,7 +82,7 @@ def context(bindings: dict[str, Any]) -> Any:
     ctx = cel.Context()
     stdlib.add_stdlib_to_context(ctx)
     for name, fn in QUANTITY_LIBRARY.items():
-        ctx.add_function(name, fn)
+        ctx.add_function(name, fn)  # type: ignore[arg-type]
     for name, value in bindings.items():
         ctx.add_variable(name, value)
     return ctx
