@@ -17,7 +17,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kubernetes import client
 
-from tests.support.cluster import config_map, deployment, gpu_node, gpu_pod, seed
+from tests.support.cluster import (
+    cluster_queue,
+    config_map,
+    deployment,
+    gpu_node,
+    gpu_pod,
+    local_queue,
+    seed,
+)
 from tests.support.fake_apiserver import FakeApiServer
 from tests.support.paths import ROOT
 from webhook.cli import main
@@ -251,8 +259,6 @@ def test_a_quantity_is_written_as_one_that_reads_back_the_same(whole: int, nano:
 def test_queues_are_written_whole_and_read_back_as_the_live_cache_reads_them(
     tmp_path: Path, cluster: Path, server: FakeApiServer
 ) -> None:
-    from tests.support.cluster import cluster_queue, local_queue
-
     server.put("localqueues", local_queue("user-queue", "team-a-cq"))
     server.put("localqueues", local_queue("other", "team-b-cq", ns="research"))
     server.put("clusterqueues", cluster_queue("team-a-cq", 8, 8))
