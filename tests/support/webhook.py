@@ -135,6 +135,7 @@ def start_webhook(
             pass
         if time.monotonic() > deadline:
             process.kill()
+            process.wait()  # reaped here, not left running for the collector to warn of
             raise RuntimeError(f"webhook did not come up:\n{log.read_text()}")
         time.sleep(0.05)
     return Webhook(url=url, client=client, process=process)
