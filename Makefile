@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml setup.py requirements.lock requirements-dev.lock
 # Refreshes both locks from pyproject.toml: pins that still fit are kept, so after adding or
 # changing a dependency only what must move moves; `make lock UPGRADE=1` takes the newest
 # release every range allows. The runtime lock is compiled from the dev lock's pins, so the two
-# agree on every package they share (tests/test_packaging.py checks both).
+# agree on every package they share (tests/project/test_packaging.py checks both).
 PIP_TOOLS := pip-tools==7.6.2
 LOCK_VENV := build/lock-venv
 LOCK_FLAGS := --quiet --allow-unsafe --generate-hashes --no-emit-index-url --no-emit-find-links \
@@ -67,7 +67,7 @@ lint: $(STAMP)
 
 # Two workers: CI has two cores, and the end-to-end tests wait on servers half the time.
 # The suite twice: against the sources, then against the compiled build the image ships (the
-# same tests; tests/test_compiled_build.py checks the second run really is compiled).
+# same tests; tests/project/test_compiled_build.py checks the second run really is compiled).
 # Each run is its own target, so when one fails make's last line names it (test-sources or
 # test-compiled).
 test: lint docs test-sources test-compiled e2e

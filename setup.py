@@ -14,7 +14,7 @@ from setuptools import setup
 
 # The modules a review runs through, the engine's in the order it meets them. Compiled, they
 # answer a GPU pod in about 40% of the interpreted time (docs/benchmarks.md); `make test` runs
-# the suite against this build too (tests/test_compiled_build.py).
+# the suite against this build too (tests/project/test_compiled_build.py).
 COMPILED = [
     "webhook/engine/prefilter.py",
     "webhook/engine/subject.py",

@@ -35,11 +35,13 @@ import httpx
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO / "tests") not in sys.path:
-    sys.path.insert(0, str(REPO / "tests"))
+# `tests.support` from the repository, after PYTHONPATH: a compiled build given there is the
+# `webhook` that runs.
+if str(REPO) not in sys.path:
+    sys.path.append(str(REPO))
 
-from e2e import binaries, cluster  # noqa: E402
-from e2e.support import gpu_pod, install, stop_process  # noqa: E402
+from tests.e2e import binaries, cluster  # noqa: E402
+from tests.e2e.support import gpu_pod, install, stop_process  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 

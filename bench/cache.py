@@ -2,10 +2,10 @@
 """Live-cache benchmark: memory and time to sync at 10k and 100k pods, and admission latency
 with the cache full versus empty (0 pods: the same rules run, with nothing to add up).
 
-The API server is tests/fake_apiserver.py (it speaks the real list/watch protocol) in its own
-process, so its memory is not counted. The cache syncs in this process; RSS is measured before
-and after. Latency: the real webhook (`serve --kubeconfig`) answers /validate for a GPU pod in a
-namespace with a quota budget, over HTTPS with keep-alive, sequentially (one apiserver
+The API server is tests/support/fake_apiserver.py (it speaks the real list/watch protocol) in
+its own process, so its memory is not counted. The cache syncs in this process; RSS is measured
+before and after. Latency: the real webhook (`serve --kubeconfig`) answers /validate for a GPU
+pod in a namespace with a quota budget, over HTTPS with keep-alive, sequentially (one apiserver
 connection), so the numbers are per-request latency, not throughput.
 
 Run from the repository root: `.venv/bin/python bench/cache.py [--pods 0 10000 100000]`.
@@ -27,7 +27,10 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
+# `tests.support` from the repository, after PYTHONPATH: a compiled build given there is the
+# `webhook` that runs.
+if str(REPO) not in sys.path:
+    sys.path.append(str(REPO))
 
 
 def rss_mb(pid: int | None = None) -> float:
@@ -100,7 +103,7 @@ def load_teams_and_nodes(server: Any) -> None:
 
 def serve_fake(pods: int) -> None:
     """Child process: a fake API server holding `pods` GPU pods, 500 nodes, 200 namespaces."""
-    from fake_apiserver import FakeApiServer
+    from tests.support.fake_apiserver import FakeApiServer
 
     server = FakeApiServer(bookmark_interval=5)
     server.start()
@@ -150,9 +153,9 @@ def measure_latency(url: str | None, requests: int) -> tuple[float, float]:
     """p50 and p99 (ms) of /validate through the real server, keep-alive, one connection."""
     import http.client
 
-    from conftest import review_for, start_webhook, stop_webhook
-    from fake_apiserver import kubeconfig_for
-
+    from tests.support.fake_apiserver import kubeconfig_for
+    from tests.support.reviews import review_for
+    from tests.support.webhook import start_webhook, stop_webhook
     from webhook.certs.generate import generate
 
     tmp = Path(tempfile.mkdtemp())

@@ -39,6 +39,10 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
+# `tests.support` from the repository, after PYTHONPATH: a compiled build given there is the
+# `webhook` that runs.
+if str(REPO) not in sys.path:
+    sys.path.append(str(REPO))
 
 from reviews import SCENARIOS, UID_MARK, as_persisted, review  # noqa: E402
 
@@ -89,7 +93,8 @@ def _facts(source: str) -> tuple[Any, Callable[[], None]]:
         facts = cluster_source(snapshot=REPO / "examples" / "cluster-snapshot.yaml")
         return facts, lambda: None
     import livefacts
-    from fake_apiserver import kubeconfig_for
+
+    from tests.support.fake_apiserver import kubeconfig_for
 
     server, url = livefacts.start()
     tmp = tempfile.TemporaryDirectory(prefix="gpu-admission-instructions-")

@@ -3,7 +3,7 @@
 `serve` in a real cluster reads its facts through list+watch (`webhook.facts.live`), not from
 a snapshot file. To measure that configuration, this turns examples/cluster-snapshot.yaml into
 the API objects a cluster would list (namespaces, nodes, quotas, priority classes, GPU pods,
-DRA and KServe objects) and serves them from tests/fake_apiserver.py, which speaks the real
+DRA and KServe objects) and serves them from tests/support/fake_apiserver.py, which speaks the real
 list/watch protocol, in a process of its own (so its work is not counted).
 The snapshot's autoscaler sections are left out, and so are their kinds here (404: no CRD).
 
@@ -22,8 +22,10 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 SNAPSHOT = REPO / "examples" / "cluster-snapshot.yaml"
-if str(REPO / "tests") not in sys.path:
-    sys.path.insert(0, str(REPO / "tests"))
+# `tests.support` from the repository, after PYTHONPATH: a compiled build given there is the
+# `webhook` that runs.
+if str(REPO) not in sys.path:
+    sys.path.append(str(REPO))
 
 # Snapshot sections that hold whole objects, by the kind the fake API server serves them as.
 _WHOLE = {
@@ -102,7 +104,7 @@ def snapshot_objects(path: Path = SNAPSHOT) -> dict[str, list[dict[str, Any]]]:
 
 def serve() -> None:
     """Child process: the fake API server holding the snapshot's objects, until stdin closes."""
-    from fake_apiserver import FakeApiServer
+    from tests.support.fake_apiserver import FakeApiServer
 
     server = FakeApiServer(bookmark_interval=5)
     server.missing = set(_AUTOSCALING)

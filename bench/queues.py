@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """What watching Kueue's and KAI's queues costs the live cache: sync time and memory.
 
-The API server is tests/fake_apiserver.py (it speaks the real list/watch protocol) in its own
-process, so its memory is not counted. It holds N LocalQueues (one per namespace), N
+The API server is tests/support/fake_apiserver.py (it speaks the real list/watch protocol) in
+its own process, so its memory is not counted. It holds N LocalQueues (one per namespace), N
 ClusterQueues (each with a CPU/memory group and a GPU group of two flavors, and a status as
 Kueue writes it), 4 ResourceFlavors and N KAI Queues (a parent per 10), besides 200 namespaces
 and 500 GPU nodes. The cache syncs in this process; the figures are the time from start until
@@ -26,7 +26,10 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
+# `tests.support` from the repository, after PYTHONPATH: a compiled build given there is the
+# `webhook` that runs.
+if str(REPO) not in sys.path:
+    sys.path.append(str(REPO))
 
 FLAVORS = ("h100", "a100", "l4", "default-flavor")
 
@@ -98,7 +101,8 @@ def cluster_queue(i: int) -> dict[str, Any]:
 def serve_fake(queues: int) -> None:
     """Child process: a fake API server holding `queues` of each queue kind."""
     from cache import load_teams_and_nodes
-    from fake_apiserver import FakeApiServer
+
+    from tests.support.fake_apiserver import FakeApiServer
 
     server = FakeApiServer(bookmark_interval=5)
     server.start()

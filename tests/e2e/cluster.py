@@ -28,8 +28,8 @@ from typing import Any
 
 import yaml
 
-from e2e import binaries
-from e2e import pki as pkimod
+from tests.e2e import binaries
+from tests.e2e import pki as pkimod
 
 PR_SET_PDEATHSIG = 1
 

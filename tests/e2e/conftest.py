@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e import binaries
-from e2e import cluster as clustermod
-from e2e.support import MANIFESTS, Installed, install, stop_process
+from tests.e2e import binaries
+from tests.e2e import cluster as clustermod
+from tests.e2e.support import MANIFESTS, Installed, install, stop_process
 from webhook.engine.compiled import compile_rules
 from webhook.export.bundle import build
 from webhook.ruleset.files import load_rules

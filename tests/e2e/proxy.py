@@ -9,7 +9,7 @@ import contextlib
 import itertools
 import threading
 
-from e2e.cluster import free_port
+from tests.e2e.cluster import free_port
 
 
 class RoundRobin:

@@ -22,9 +22,12 @@ from typing import Any, TypeVar
 
 import httpx
 import yaml
-from conftest import Answer, review_for  # the unit suite's AdmissionReview and its answer
 
-from e2e import cluster as clustermod
+from tests.e2e import cluster as clustermod
+from tests.support.reviews import (  # the unit suite's AdmissionReview and its answer
+    Answer,
+    review_for,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
@@ -395,3 +398,34 @@ def contains(stored: Any, expected: Any, where: str = "") -> list[str]:
 
 def kubectl_error(done: subprocess.CompletedProcess[str]) -> str:
     return re.sub(r"\s+", " ", done.stderr).strip()
+
+
+def deployment(name: str, gpus: int, replicas: int, **spec: Any) -> dict[str, Any]:
+    pod = gpu_pod(name, gpus=gpus, **spec)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": pod["spec"]},
+        },
+    }
+
+
+def node(
+    name: str, labels: dict[str, str], taints: list[dict[str, str]], gpus: dict[str, str]
+) -> dict[str, Any]:
+    resources = {"cpu": "64", "memory": "512Gi", "pods": "110", **gpus}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {"kwok.x-k8s.io/node": "fake"},
+            "labels": {"kubernetes.io/hostname": name, "type": "kwok", **labels},
+        },
+        "spec": {"taints": taints},
+        "status": {"allocatable": resources, "capacity": resources},
+    }

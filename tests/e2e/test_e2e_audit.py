@@ -9,21 +9,14 @@ import subprocess
 import sys
 from typing import Any
 
-from e2e.support import ROOT, Installed, eventually, gpu_pod, kube_json, post_review
-
-
-def deployment(name: str, gpus: int, replicas: int, **spec: Any) -> dict[str, Any]:
-    pod = gpu_pod(name, gpus=gpus, **spec)
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {"metadata": {"labels": {"app": name}}, "spec": pod["spec"]},
-        },
-    }
+from tests.e2e.support import (
+    ROOT,
+    Installed,
+    deployment,
+    eventually,
+    kube_json,
+    post_review,
+)
 
 
 def verdicts_of_webhook(installed: Installed, obj: dict[str, Any], namespace: str) -> set[str]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from e2e.support import Installed, eventually, gpu_pod, kube_json
+from tests.e2e.support import Installed, eventually, gpu_pod, kube_json
 
 
 def _budget(namespace: str, gpus: int) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from e2e.support import Installed, eventually, gpu_pod, kube_json
+from tests.e2e.support import Installed, eventually, gpu_pod, kube_json
 
 
 def workload(kind: str, name: str) -> dict[str, Any]:

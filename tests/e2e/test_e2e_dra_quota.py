@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.support import Installed, eventually, exported_quotas, kube_json, post_review
+from tests.e2e.support import Installed, eventually, exported_quotas, kube_json, post_review
 from webhook.facts.dra import MAX_ALLOCATION, claim_spec, device_key, devices_of
 
 
@@ -127,7 +127,7 @@ def _check(
     for claim in (exact, first):
         plane.kubectl("create", "-n", namespace, "-f", "-", stdin=json.dumps(claim))
         charged += _charged(claim, key)
-        eventually(lambda n=charged: used() == str(n), what=f"quota used {charged}")
+        eventually(lambda n=charged: used() == str(n), what=f"quota used {charged}")  # type: ignore[misc]
     assert charged == 4  # 2, then the larger of 1 and 2
 
     every = _claim(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from e2e.support import Installed, eventually, gpu_pod
+from tests.e2e.support import Installed, eventually, gpu_pod
 
 
 def test_a_stopped_webhook_refuses_gpu_pods_and_nothing_else(

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.support import ROOT, Installed, contains, kube_json
+from tests.e2e.support import ROOT, Installed, contains, kube_json
 from webhook.export.bundle import VALIDATING_SINCE
 
 RESOURCE = {

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import yaml
 
-from e2e.support import Installed, eventually, gpu_pod, post_review, priority_class
+from tests.e2e.support import Installed, eventually, gpu_pod, post_review, priority_class
 
 # what the docs promise for a change on a healthy apiserver (docs/cluster-facts.md)
 SECONDS = 5.0

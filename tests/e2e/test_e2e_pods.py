@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from e2e.support import (
+from tests.e2e.support import (
     Installed,
     contains,
     eventually,

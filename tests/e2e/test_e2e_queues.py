@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.support import Installed, apply, eventually, kubectl_error, post_review
+from tests.e2e.support import Installed, apply, eventually, kubectl_error, post_review
 
 
 def crd(group: str, plural: str, kind: str, version: str, scope: str) -> dict[str, Any]:

@@ -10,7 +10,14 @@ from pathlib import Path
 
 import yaml
 
-from e2e.support import Installed, eventually, exported_quotas, gpu_pod, kube_json, post_review
+from tests.e2e.support import (
+    Installed,
+    eventually,
+    exported_quotas,
+    gpu_pod,
+    kube_json,
+    post_review,
+)
 
 
 def test_the_exported_quota_refuses_what_the_webhook_explains_with_the_same_numbers(

@@ -17,8 +17,8 @@ import httpx
 import pytest
 import yaml
 
-from e2e.proxy import RoundRobin
-from e2e.support import (
+from tests.e2e.proxy import RoundRobin
+from tests.e2e.support import (
     Installed,
     apply,
     eventually,

@@ -19,7 +19,7 @@ import httpx
 import pytest
 import yaml
 
-from e2e.support import Installed, concurrently, eventually, gpu_pod, kubectl_error
+from tests.e2e.support import Installed, concurrently, eventually, gpu_pod, kubectl_error
 from webhook.engine.workloads import DEFAULT_TABLE, Workload
 from webhook.ruleset.workloads import LIST_ITEMS, MAP_VALUES
 

@@ -22,7 +22,7 @@ import httpx
 import pytest
 import yaml
 
-from e2e.support import Installed, concurrently, eventually, gpu_pod
+from tests.e2e.support import Installed, concurrently, eventually, gpu_pod, node
 
 PODS = 200
 SEED = 20261128
@@ -68,23 +68,6 @@ NODES: list[tuple[str, dict[str, str], list[dict[str, str]], dict[str, str]]] = 
     ("cpu-0", {}, [], {}),
 ]
 PRODUCTS = ["NVIDIA-A100-SXM4-80GB", "NVIDIA-L4", "NVIDIA-H100-80GB-HBM3", "Tesla-T4"]
-
-
-def node(
-    name: str, labels: dict[str, str], taints: list[dict[str, str]], gpus: dict[str, str]
-) -> dict[str, Any]:
-    resources = {"cpu": "64", "memory": "512Gi", "pods": "110", **gpus}
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "annotations": {"kwok.x-k8s.io/node": "fake"},
-            "labels": {"kubernetes.io/hostname": name, "type": "kwok", **labels},
-        },
-        "spec": {"taints": taints},
-        "status": {"allocatable": resources, "capacity": resources},
-    }
 
 
 def generated_pods(count: int) -> Iterator[dict[str, Any]]:
@@ -220,7 +203,8 @@ def test_the_scheduler_agrees_with_gpu_schedulable(
             client.delete(f"{base}/{name}", params={"gracePeriodSeconds": "0"})
             # its copy of the nodes is empty again before this worker takes the next pod
             eventually(
-                lambda: client.get(f"{base}/{name}").status_code == 404, what=f"{name} deleted"
+                lambda n=name: client.get(f"{base}/{n}").status_code == 404,  # type: ignore[misc]
+                what=f"{name} deleted",
             )
 
     concurrently(judge, generated_pods(PODS), WORKERS)

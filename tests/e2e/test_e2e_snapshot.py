@@ -14,9 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.support import ROOT, Installed, eventually, kube_json
-from e2e.test_e2e_audit import deployment
-from e2e.test_e2e_scheduler import node
+from tests.e2e.support import ROOT, Installed, deployment, eventually, kube_json, node
 
 PRODUCT = "nvidia.com/gpu.product"
 

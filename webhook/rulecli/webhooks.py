@@ -336,7 +336,7 @@ HEADER = """\
 # How the apiserver calls gpu-admission. Generated from the rule set by
 #   gpu-admission rules webhooks --rules manifests/base/rules > manifests/base/webhooks.yaml
 # so edit the rule files (workloads, gpuResources, exemptions...) and generate again; do not
-# edit this file by hand (tests/test_manifests.py fails when it differs from the output).
+# edit this file by hand (tests/manifests/test_manifests.py fails when the two differ).
 # Both configurations route the same objects, with the same namespaceSelector and
 # matchConditions:
 #
