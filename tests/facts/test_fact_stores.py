@@ -137,7 +137,9 @@ def test_watch_events_through_the_table_keep_usage_and_products_in_step() -> Non
         "metadata": {"name": "h100-0", "labels": {"nvidia.com/gpu.product": "H100"}},
         "status": {"allocatable": {"nvidia.com/gpu": "8"}},
     }
-    stores.nodes.replace("nodes", [WATCHED["nodes"].reduce("nodes", node, stores.nodes)])
+    reduced = WATCHED["nodes"].reduce("nodes", node, stores.nodes)
+    assert reduced is not None
+    stores.nodes.replace("nodes", [reduced])
     pods = [_pod("a", 2), _pod("b", 1), {"metadata": {"name": "web", "namespace": "ml-team"}}]
     listed = [WATCHED["pods"].reduce("pods", p, stores.nodes) for p in pods]
     stores.pods.replace("pods", [item for item in listed if item is not None])

@@ -144,7 +144,7 @@ IMPLICIT_CONTAINER = {
     "image": "x",
     "resources": {"limits": {"deviceclass.resource.kubernetes.io/gpu.nvidia.com": "1"}},
 }
-POD_SPECS = {
+POD_SPECS: dict[str, dict[str, Any]] = {
     "gpu": {"containers": [GPU_CONTAINER]},
     "plain": {"containers": [PLAIN_CONTAINER]},
     "dra-claim": {"containers": [CLAIM_CONTAINER], "resourceClaims": GPU_CLAIMS},

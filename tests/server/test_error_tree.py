@@ -66,8 +66,9 @@ def _answers() -> list[tuple[int, str, str]]:
             status, reason = node.args[0], _text(given) or named.get(key or "")
             if name not in ANSWERING or reason is None:
                 continue
-            literal = isinstance(status, ast.Constant) and isinstance(status.value, int)
-            if literal and status.value >= 400:
+            if not isinstance(status, ast.Constant) or not isinstance(status.value, int):
+                continue
+            if status.value >= 400:
                 found.append((status.value, reason, f"{path.relative_to(ROOT)}:{node.lineno}"))
     return found
 

@@ -159,4 +159,9 @@ def test_the_serve_flags_reach_the_server(monkeypatch: pytest.MonkeyPatch) -> No
     options = seen[-1]
     assert (options.drain_seconds, options.hold_seconds, options.release_memory) == (0.5, 0, False)
     assert main(["serve", "--no-cluster"]) == 0
-    assert (seen["probe_port"], seen["limits"], seen["release_memory"]) == (8081, Limits(), True)  # type: ignore[comparison-overlap]
+    options = seen[-1]
+    assert (options.separate_probe_port, options.limits, options.release_memory) == (
+        8081,
+        Limits(),
+        True,
+    )
