@@ -154,6 +154,7 @@ dist:
 # is the README's table.
 BENCH_ARGS ?=
 bench: $(COMPILED)/.built
+	bash scripts/install-bench-packages.sh || echo "make bench: no wrk; bench/load.py uses its own client"
 	PYTHONSAFEPATH=1 PYTHONPATH=$(CURDIR)/$(COMPILED) $(BIN)/python bench/load.py $(BENCH_ARGS)
 
 clean:

@@ -50,30 +50,7 @@ if have_all; then
     exit 0
 fi
 
-if ! command -v apt-get >/dev/null 2>&1; then
-    fail "no apt-get here: install Chromium and chromedriver (${PACKAGES[*]} on Debian) by hand"
-fi
-
-if [ "$(id -u)" -eq 0 ]; then
-    SUDO=()
-elif command -v sudo >/dev/null 2>&1; then
-    SUDO=(sudo)
-else
-    fail "not root and no sudo: run as root: apt-get install -y ${PACKAGES[*]}"
-fi
-
-echo "install-test-packages: installing ${PACKAGES[*]} with apt-get" >&2
-export DEBIAN_FRONTEND=noninteractive
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-if ! "${SUDO[@]}" apt-get update -q >"$log" 2>&1; then
-    tail -n 5 "$log" >&2
-    fail "apt-get update failed (no network to the Debian mirror?)"
-fi
-if ! "${SUDO[@]}" apt-get install -y -q --no-install-recommends "${PACKAGES[@]}" >"$log" 2>&1; then
-    tail -n 10 "$log" >&2
-    fail "apt-get install ${PACKAGES[*]} failed (see above)"
-fi
+bash scripts/apt-install.sh install-test-packages "${PACKAGES[@]}" || exit 1
 have_all || fail "apt-get installed ${PACKAGES[*]} but chromium, chromedriver, zsh or gcc is not on PATH"
 echo "install-test-packages: $(chromium --version 2>/dev/null)" >&2
 install_kubectl
