@@ -193,6 +193,8 @@ def _pip_installs(stage: Stage) -> list[list[str]]:
     return found
 
 
+# Its own budget for pip, above the suite's per-test limit.
+@pytest.mark.timeout(INSTALL_BUDGET_SECONDS + 60)
 def test_the_install_step_gives_a_working_console_script(tmp_path: Path) -> None:
     """The build stage's COPY and `pip install`, replayed into a fresh venv (about 10 s)."""
     stage = _build_stage()
