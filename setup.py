@@ -55,6 +55,7 @@ COMPILED = [
     "webhook/engine/compiled.py",
     # The cluster facts the cluster-aware rules read, and the GPU holds.
     "webhook/facts/model.py",
+    "webhook/facts/devicekeys.py",
     "webhook/facts/nodematch.py",
     "webhook/facts/dra.py",
     "webhook/facts/reservations.py",

@@ -22,7 +22,7 @@ from typing import Any
 from webhook.engine.decision import Decision, Mode, combine
 from webhook.engine.findings import Finding
 from webhook.engine.subject import Subject
-from webhook.facts.model import SHARING_KEYS
+from webhook.facts.devicekeys import SHARING_KEYS
 
 __all__ = ["NAME_FORM", "RULE", "judge_config_map", "sharing_config_map"]
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from webhook.engine.context import Context
 from webhook.engine.podviews import ContainerView, PodView
-from webhook.facts.model import SHARING_KEYS
+from webhook.facts.devicekeys import SHARING_KEYS
 from webhook.ruleset.models import GpuSharing
 
 __all__ = [

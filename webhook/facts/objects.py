@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from webhook.facts.devicekeys import visible_devices_keys
 from webhook.facts.model import (
     GPU_PRODUCT_LABEL,
     Node,
     PodGpus,
     PriorityClass,
     Quota,
-    visible_devices_keys,
 )
 from webhook.facts.quotascopes import scope_terms
 from webhook.podrequest import (

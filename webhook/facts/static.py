@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 
 from webhook.facts import dra
 from webhook.facts.census import Census
+from webhook.facts.devicekeys import visible_devices_keys
 from webhook.facts.model import (
     Facts,
     Node,
@@ -18,7 +19,6 @@ from webhook.facts.model import (
     PodGpus,
     PriorityClass,
     Quota,
-    visible_devices_keys,
 )
 from webhook.facts.provisioning import Provisioning, by_namespace
 from webhook.facts.queues import QueueStore

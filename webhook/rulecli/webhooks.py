@@ -21,8 +21,8 @@ from webhook.engine.compiled import CompiledRuleSet
 from webhook.engine.injection import PREFIXES as INJECTION_PREFIXES
 from webhook.engine.sharedmaps import NAME_FORM
 from webhook.engine.workloads import Workload, WorkloadTable
+from webhook.facts.devicekeys import DEVICE_ENV, SHARING_KEYS
 from webhook.facts.dra import IMPLICIT_PREFIX
-from webhook.facts.model import DEVICE_ENV, SHARING_KEYS
 from webhook.namepatterns import is_pattern
 from webhook.ruleset.models import RuleSet
 from webhook.ruleset.workloads import LIST_ITEMS, MAP_VALUES

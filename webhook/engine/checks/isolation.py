@@ -33,7 +33,7 @@ from webhook.engine.hostreach import normalise
 from webhook.engine.podviews import ContainerView, PodView
 from webhook.engine.reach import can_reach_gpu_nodes, reach_unknown
 from webhook.engine.sharing import scheduler_config_map_ref, written_before
-from webhook.facts.model import VISIBLE_DEVICES
+from webhook.facts.devicekeys import VISIBLE_DEVICES
 
 __all__ = [
     "ISOLATION_RULES",
