@@ -39,6 +39,18 @@ def test_the_exported_quota_refuses_what_the_webhook_explains_with_the_same_numb
         ),
         what="quota status",
     )
+    # and the apiserver's quota admission knows it (its informer may trail the controller's):
+    # a dry run over the budget is refused by the quota itself
+    eventually(
+        lambda: (
+            f"exceeded quota: {name}"
+            in plane.kubectl(
+                "create", "--dry-run=server", "-n", namespace, "-f", "-",
+                stdin=json.dumps(gpu_pod("probe", gpus=6)), check=False,
+            ).stderr
+        ),
+        what="quota admission",
+    )  # fmt: skip
 
     # the webhook keeps out of it: the apiserver alone refuses
     installed.set_rules(
