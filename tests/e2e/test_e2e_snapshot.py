@@ -94,30 +94,37 @@ def test_an_audit_against_the_snapshot_agrees_with_the_live_audit(
     for obj in objects:
         plane.kubectl("create", "-n", namespace, "-f", "-", stdin=json.dumps(obj))
     installed.set_rules("{}\n")
+    # within and env-config-map take the budget's 2 GPUs (or one of beyond's 2-GPU pods does);
+    # no-class never makes a pod: the apiserver refuses its missing PriorityClass
     eventually(
-        lambda: "nvidia.com" in json.dumps(
-            kube_json(plane, "get", "resourcequota", "gpus", "-n", namespace).get("status", {})
-        ),
-        what="quota status",
+        lambda: kube_json(plane, "get", "resourcequota", "gpus", "-n", namespace)
+        .get("status", {}).get("used", {}).get("requests.nvidia.com/gpu") == "2",
+        what="the quota's 2 GPUs in use",
     )  # fmt: skip
     rules = ("--rules", str(installed.rules))
     kubeconfig = ("--kubeconfig", str(plane.kubeconfig))
     snapshot = tmp_path / "cluster.yaml"
 
+    def gpu_pods() -> list[dict[str, Any]]:
+        pods = yaml.safe_load(snapshot.read_text())["pods"]
+        return [p for p in pods if p["namespace"] == namespace and p.get("gpus")]
+
     def steady() -> bool:
-        """Two snapshots in a row the same: the pods have settled (and the output is stable)."""
+        """Two snapshots in a row the same, every GPU pod running: the pods have settled."""
         first = gpu_admission("snapshot", *kubeconfig)
         second = gpu_admission("snapshot", *kubeconfig, "--out", str(snapshot))
         assert first.returncode == 0 and second.returncode == 0, (first.stderr, second.stderr)
-        return first.stdout == snapshot.read_text()
+        pods = gpu_pods()
+        return (
+            first.stdout == snapshot.read_text()
+            and bool(pods)
+            and all(p["phase"] == "Running" for p in pods)
+        )
 
-    eventually(steady, seconds=60, what="two snapshots alike")
-    running = [
-        p
-        for p in yaml.safe_load(snapshot.read_text())["pods"]
-        if p["namespace"] == namespace and p.get("gpus") and p["phase"] == "Running"
-    ]
-    assert running and all(p["node"] == gpu_node for p in running), running
+    eventually(steady, seconds=90, what="two snapshots alike, the GPU pods running")
+    running = gpu_pods()
+    assert sum(int(n) for p in running for n in p["gpus"].values()) == 2, running
+    assert all(p["node"] == gpu_node for p in running), running
     live = gpu_admission(
         "audit", "--cluster", *kubeconfig, *rules, "--namespace", namespace, "-o", "json"
     )
