@@ -118,6 +118,7 @@ class FakeApiServer:
         self.events: list[tuple[int, str, str, dict[str, Any]]] = []
         self.compacted = 0  # watches from resourceVersions below this get 410
         self.down = False
+        self.stopping = False  # set by stop(): open watches end at once
         self.missing: set[str] = set()  # kinds whose CRD is not installed: 404
         self.forbidden: set[str] = set()  # kinds the client may not read: 403
         self.lists: Counter[str] = Counter()  # list calls (first pages)
@@ -324,7 +325,7 @@ class FakeApiServer:
             deadline = time.monotonic() + timeout
             last_bookmark = time.monotonic()
             assert self._changed is not None
-            while time.monotonic() < deadline and not self.down:
+            while time.monotonic() < deadline and not self.down and not self.stopping:
                 for rv, k, event, obj in list(self.events):
                     if k == kind and rv > sent:
                         await resp.write(orjson.dumps({"type": event, "object": obj}) + b"\n")
@@ -389,6 +390,10 @@ class FakeApiServer:
         assert self._loop is not None and self._runner is not None
 
         async def shutdown() -> None:
+            self.stopping = True
+            assert self._changed is not None
+            async with self._changed:
+                self._changed.notify_all()
             await self._drop()
             assert self._runner is not None
             await self._runner.cleanup()

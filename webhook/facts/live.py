@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 import threading
 import time
 from collections import defaultdict
@@ -173,12 +174,14 @@ class LiveCache:
             self._threads.append(t)
 
     def stop(self, timeout: float = 5.0) -> None:
+        """End every watch thread within `timeout` in all (not per thread): a pod's grace
+        period is 30 s, and a shutdown that outlasts it ends in SIGKILL mid-drain."""
         self._stop.set()
         for resp in list(self._responses.values()):
-            with contextlib.suppress(Exception):  # best effort: wakes a blocked watch read
-                resp.close()
+            _cut(resp)
+        deadline = time.monotonic() + timeout
         for t in self._threads:
-            t.join(timeout)
+            t.join(max(0.0, deadline - time.monotonic()))
 
     def list_once(self) -> None:
         """One paged list of every kind and no watch: a consistent-enough one-shot snapshot.
@@ -277,6 +280,8 @@ class LiveCache:
         )
         self._responses[name] = resp
         self._contact[name] = time.monotonic()
+        if self._stop.is_set():  # stop() ran while the watch opened: it could not cut this one
+            _cut(resp)
         try:
             for line in lines_until_cut(resp, name):
                 event = orjson.loads(line)
@@ -305,3 +310,14 @@ class LiveCache:
             released = row.releases(row.kind.name, obj) if row.releases and not deleted else None
             if released is not None and self.reservations is not None:
                 self.reservations.release_for(released)  # its hold has done its job
+
+
+def _cut(resp: Any) -> None:
+    """Wake a thread blocked reading a quiet watch stream: closing the response from another
+    thread does not interrupt a read in progress, shutting its socket down does."""
+    sock = getattr(getattr(resp, "connection", None), "sock", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(Exception):  # best effort: the thread may be closing it too
+        resp.close()

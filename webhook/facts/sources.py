@@ -13,6 +13,7 @@ from webhook.facts.live import LiveCache
 from webhook.facts.model import FactsSource
 from webhook.facts.reservations import Reservations, ReservingFacts
 from webhook.facts.snapshotfile import load_snapshot
+from webhook.facts.watched import WATCHED
 
 __all__ = ["ClusterSource", "cluster_source", "live_source"]
 
@@ -51,6 +52,9 @@ def live_source(
         config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
     else:
         config.load_incluster_config(client_configuration=cfg)
+    # One pooled connection per watched kind (each watch holds one open) and a few for lists:
+    # at the client's default (5 per core) finished watches are dropped, with a warning each.
+    cfg.connection_pool_maxsize = len(WATCHED) + 4
     reservations = Reservations(ttl=hold_seconds, settle=hold_settle_seconds)
     live = LiveCache(client.ApiClient(cfg), reservations=reservations, on_relist=on_relist)
     return ClusterSource(ReservingFacts(live, reservations), reservations, live)
