@@ -6,6 +6,7 @@ CEL interpreter (`selects`), and the engine as the judge of which objects the we
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 from typing import Any
 
 import cel
@@ -19,6 +20,7 @@ from tests.support.manifests import (
 from webhook.engine import compile_rules, evaluate, subject_for
 from webhook.engine.compiled import CompiledRuleSet
 from webhook.engine.podviews import group_of, pod_views
+from webhook.facts.model import Facts
 from webhook.facts.snapshotfile import load_snapshot
 from webhook.facts.static import StaticSnapshot
 from webhook.ruleset.models import RuleSet
@@ -82,32 +84,28 @@ def needs_webhook(obj: dict[str, Any], rules: RuleSet = RULES) -> bool:
         for view in pod_views(obj, group=group, kind=kind, is_gpu=compiled.base.is_gpu)
     ):
         return True
-    decision = evaluate(subject_for(obj, namespace="ml-team"), compiled, None)
-    return bool(decision.patch or decision.judged or decision.unreadable)
+    return _engine_acts(obj, compiled, None)
 
 
 def needs_webhook_dra(obj: dict[str, Any]) -> bool:
     """`needs_webhook` with the DRA driver's classes and ml-team's claim templates known."""
-    facts = _dra().facts_for("ml-team")
-    decision = evaluate(subject_for(obj, namespace="ml-team"), _compiled(RULES), facts)
-    return bool(decision.patch or decision.judged or decision.unreadable)
-
-
-@functools.cache
-def _dra() -> StaticSnapshot:
-    return load_snapshot(DRA)
+    return _engine_acts(obj, _compiled(RULES), _snapshot(DRA).facts_for("ml-team"))
 
 
 def needs_webhook_untainted(obj: dict[str, Any]) -> bool:
     """`needs_webhook` with facts that show a GPU node without any taint."""
-    facts = _untainted().facts_for("ml-team")
-    decision = evaluate(subject_for(obj, namespace="ml-team"), _compiled(RULES), facts)
+    return _engine_acts(obj, _compiled(RULES), _snapshot(UNTAINTED).facts_for("ml-team"))
+
+
+def _engine_acts(obj: dict[str, Any], rules: CompiledRuleSet, facts: Facts | None) -> bool:
+    """Whether the engine, given these facts, would change or judge `obj` in ml-team."""
+    decision = evaluate(subject_for(obj, namespace="ml-team"), rules, facts)
     return bool(decision.patch or decision.judged or decision.unreadable)
 
 
 @functools.cache
-def _untainted() -> StaticSnapshot:
-    return load_snapshot(UNTAINTED)
+def _snapshot(path: Path) -> StaticSnapshot:
+    return load_snapshot(path)
 
 
 _COMPILED: dict[int, CompiledRuleSet] = {}
