@@ -1,5 +1,5 @@
 """CEL text both generators write: the webhook configurations' matchConditions
-(`rulecli/webhooks.py`) and the native policies (`export/`). One spelling of a string literal,
+(`rulecli/routingcel.py`) and the native policies (`export/`). One spelling of a string literal,
 a list of them, a shell-style name pattern as RE2, and "this name is one of these".
 """
 

@@ -13,7 +13,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.support.routing import KINDS, selects
+from tests.support.routing import selects
+from tests.support.routingexamples import KINDS
 from webhook.engine import compile_rules, evaluate, subject_for
 from webhook.engine.injection import Unreadable, injections, read_value
 from webhook.engine.prefilter import gated, markers, might_apply

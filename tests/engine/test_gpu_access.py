@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.support.routing import KINDS, selects
+from tests.support.routing import selects
+from tests.support.routingexamples import KINDS
 from webhook.engine import compile_rules, evaluate, subject_for
 from webhook.engine.hostreach import classify, normalise, rows_for
 from webhook.engine.reach import tolerates_taint

@@ -9,46 +9,17 @@ value whose every field differs from its default.
 from __future__ import annotations
 
 import dataclasses
-from fractions import Fraction
 
+from tests.support.facts import GPU, full_facts
 from webhook.engine.context import Context
 from webhook.engine.queueing import QueueMeta
 from webhook.engine.totals import Totals
 from webhook.facts.dra import DraFacts
-from webhook.facts.model import Facts, NodeIndex, PriorityClass, Quota, ServingRuntimes, Usage
-from webhook.facts.provisioning import by_namespace
-from webhook.facts.queues import QueueFacts
-from webhook.facts.usages import NamespaceUsages
-
-GPU = "nvidia.com/gpu"
-
-
-def _full() -> Facts:
-    full = Facts(
-        namespace="ml",
-        namespace_labels={"team": "vision"},
-        quotas=(Quota("ml", "gpus", {GPU: Fraction(8)}, {GPU: Fraction(3)}),),
-        usage=Usage(by_resource={GPU: Fraction(3)}, by_product={}),
-        priority_classes={"high": PriorityClass("high", 1000)},
-        nodes=NodeIndex(),
-        age_seconds=4.0,
-        config_maps={"env": {}},
-        secrets={"keys": {}},
-        provisionable=by_namespace([]),
-        serving_runtimes=ServingRuntimes({}, {}),
-        dra=DraFacts(None, None, None, {}),
-        unheld=Usage(by_resource={"other.com/gpu": Fraction(1)}, by_product={}),
-        usages=NamespaceUsages(lambda: {}, lambda: {}),
-        queues=QueueFacts({}, {}, {}, {}),
-    )
-    for f in dataclasses.fields(Facts):
-        if f.default is not dataclasses.MISSING:
-            assert getattr(full, f.name) != f.default, f"give {f.name} a value of its own"
-    return full
+from webhook.facts.model import Facts
 
 
 def test_with_dra_changes_only_the_dra_objects() -> None:
-    full = _full()
+    full = full_facts()
     other = DraFacts(None, None, None, {"gpu.example.com": 1})
     got = full.with_dra(other)
     assert got.dra is other
@@ -57,13 +28,13 @@ def test_with_dra_changes_only_the_dra_objects() -> None:
 
 
 def test_taken_is_the_constructor_by_name() -> None:
-    full = _full()
+    full = full_facts()
     fields = {f.name: getattr(full, f.name) for f in dataclasses.fields(Facts)}
     assert Facts.taken(**fields) == full
 
 
 def test_judging_keeps_the_context_and_adds_what_validations_read() -> None:
-    full = _full()
+    full = full_facts()
     rules = object()
     ctx = Context(
         rules,  # type: ignore[arg-type]

@@ -27,7 +27,7 @@ from webhook.audit.run import AuditResult, Skipped, audit
 from webhook.cli import main
 from webhook.engine.compiled import compile_rules
 from webhook.engine.workloads import DEFAULT_TABLE, workload_table
-from webhook.rulecli.webhooks import gpu_workload_condition
+from webhook.rulecli.routingcel import gpu_workload_condition
 from webhook.ruleset.files import load_rules
 from webhook.ruleset.models import RuleSet
 from webhook.ruleset.workloads import LIST_ITEMS, MAP_VALUES, WorkloadKind, parse_path

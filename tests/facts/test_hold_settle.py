@@ -111,31 +111,27 @@ def test_a_configuration_in_an_odd_shape_counts_as_the_longest_wait() -> None:
 # ---- the holds follow it ----------------------------------------------------------------
 
 
-def test_a_hold_waits_for_the_slowest_webhook_on_pods_before_it_ends_unmatched() -> None:
+@pytest.mark.parametrize(
+    ("chain", "held_at", "still_held_at", "ends_at"),
+    [
+        # The other webhook may still be deciding until its timeout (plus the margin).
+        pytest.param(30.0, 100.0, 100.0 + 29.9, 100.0 + 30 + SETTLE_MARGIN, id="slowest-webhook"),
+        # The flag is the least settle time: a short chain never shortens it.
+        pytest.param(2.0, 0.0, 9.9, 10.0, id="short-chain-keeps-the-flag"),
+        # The configurations cannot be read: the settle time is the flag.
+        pytest.param(None, 0.0, 9.9, 10.0, id="unknown-chain-is-the-flag"),
+    ],
+)
+def test_an_unmatched_hold_ends_at_the_settle_time_the_chain_gives(
+    chain: float | None, held_at: float, still_held_at: float, ends_at: float
+) -> None:
     r = Reservations(ttl=30, settle=10)
     r.watching = lambda: True
-    r.chain = lambda: 30.0
-    r.hold(PodGpus("ml", "slow", "Pending", {GPU: 4}), now=100.0)
-    assert r.expire(now=100.0 + 29.9) == 0  # the other webhook may still be deciding
-    assert r.expire(now=100.0 + 30 + SETTLE_MARGIN) == 1
+    r.chain = lambda: chain
+    r.hold(PodGpus("ml", "p", "Pending", {GPU: 1}), now=held_at)
+    assert r.expire(now=still_held_at) == 0
+    assert r.expire(now=ends_at) == 1
     assert r.unmatched == 1
-
-
-def test_the_flag_is_the_least_settle_time_and_a_short_chain_never_shortens_it() -> None:
-    r = Reservations(ttl=30, settle=10)
-    r.watching = lambda: True
-    r.chain = lambda: 2.0
-    r.hold(PodGpus("ml", "p", "Pending", {GPU: 1}), now=0.0)
-    assert r.expire(now=9.9) == 0
-    assert r.expire(now=10.0) == 1
-
-
-def test_unknown_the_settle_time_is_the_flag() -> None:
-    r = Reservations(ttl=30, settle=10)
-    r.watching = lambda: True
-    r.chain = lambda: None  # the configurations cannot be read
-    r.hold(PodGpus("ml", "p", "Pending", {GPU: 1}), now=0.0)
-    assert r.expire(now=10.0) == 1
 
 
 def test_a_chain_longer_than_the_hold_period_lengthens_the_hold() -> None:

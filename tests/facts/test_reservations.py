@@ -12,22 +12,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support.facts import full_facts
 from webhook.engine.build import engine_build
 from webhook.facts import reservations as reservations_module
-from webhook.facts.dra import DraFacts
 from webhook.facts.model import (
     Facts,
     NodeIndex,
     PodGpus,
-    PriorityClass,
     Quota,
-    ServingRuntimes,
     Usage,
 )
-from webhook.facts.provisioning import by_namespace
-from webhook.facts.queues import QueueFacts
 from webhook.facts.reservations import Reservations, ReservingFacts
-from webhook.facts.usages import NamespaceUsages
 
 GPU = "nvidia.com/gpu"
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -227,27 +222,7 @@ def test_facts_drop_expired_holds_even_without_the_timer() -> None:
 def test_facts_with_holds_keep_all_else_the_source_said() -> None:
     """Only usage changes: a field added to Facts and left out of `with_usage` would read as
     its default (no config maps known, no DRA) in every namespace with a hold."""
-    nodes = NodeIndex()
-    full = Facts(
-        namespace="ml",
-        namespace_labels={"team": "vision"},
-        quotas=(Quota("ml", "gpus", {GPU: Fraction(8)}, {GPU: Fraction(3)}),),
-        usage=Usage(by_resource={GPU: Fraction(3)}, by_product={}),
-        priority_classes={"high": PriorityClass("high", 1000)},
-        nodes=nodes,
-        age_seconds=4.0,
-        config_maps={"env": {}},
-        secrets={"keys": {}},
-        provisionable=by_namespace([]),
-        serving_runtimes=ServingRuntimes({}, {}),
-        dra=DraFacts(None, None, None, {}),
-        unheld=Usage(by_resource={"other.com/gpu": Fraction(1)}, by_product={}),
-        usages=NamespaceUsages(lambda: {}, lambda: {}),
-        queues=QueueFacts({}, {}, {}, {}),
-    )
-    for f in dataclasses.fields(Facts):
-        if f.default is not dataclasses.MISSING:
-            assert getattr(full, f.name) != f.default, f"give {f.name} a value of its own"
+    full = full_facts()
 
     class Source(Snapshot):
         def facts_for(self, namespace: str) -> Facts:

@@ -34,7 +34,7 @@ from tests.support.manifests import (
 )
 from webhook.engine.compiled import compile_rules
 from webhook.engine.workloads import DEFAULT_TABLE
-from webhook.rulecli.webhooks import render_webhooks
+from webhook.rulecli.webhookyaml import render_webhooks
 from webhook.ruleset.files import load_rules, rule_files
 from webhook.selectors import LabelSelector
 

@@ -2,7 +2,7 @@
 
 The conditions of the rendered base are run against objects built for every routed kind and
 against the corpus, with the webhook's own pod views as the judge of which objects it must see
-(the routing library these tests share: tests/support/routing.py).
+(the routing library these tests share: tests/support/routing.py, routingexamples.py).
 """
 
 from __future__ import annotations
@@ -13,15 +13,12 @@ import pytest
 
 from tests.support.manifests import NOT_ROUTED, routed
 from tests.support.routing import (
-    KINDS,
-    NO_POD_SPEC,
-    POD_SPECS,
-    limits_spec,
     needs_webhook,
     needs_webhook_dra,
     needs_webhook_untainted,
     selects,
 )
+from tests.support.routingexamples import KINDS, NO_POD_SPEC, POD_SPECS, limits_spec
 from webhook.engine.podviews import group_of
 from webhook.engine.workloads import DEFAULT_TABLE
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tests.support.manifests import RULES
-from tests.support.routing import KINDS, host_spec, limits_spec, selects, tolerates_spec
+from tests.support.routing import selects
+from tests.support.routingexamples import KINDS, host_spec, limits_spec, tolerates_spec
 from webhook.ruleset.hostpaths import HOST_PATHS
 
 

@@ -183,40 +183,34 @@ def test_one_bad_value_or_key_gives_one_line_with_file_line_column_and_fix(
 EXAMPLE = Path(__file__).parent / "errors"
 
 
-def test_the_example_rule_file_gets_the_golden_lines_and_the_docs_show_them(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("folder", "block"),
+    [
+        # The usual mistakes, each named at its line and column, in order, with its fix.
+        pytest.param(EXAMPLE, 1, id="the-example-rule-file"),
+        # Settings each valid that cannot hold together, and a test case naming a rule that
+        # does not exist: every one named at once.
+        pytest.param(EXAMPLE / "contradictions", 2, id="settings-that-cannot-hold-together"),
+    ],
+)
+def test_rules_check_prints_the_golden_lines_and_the_docs_show_them(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    folder: Path,
+    block: int,
 ) -> None:
-    """tests/rules/errors/rules/team.yaml holds the usual mistakes; `rules check` names each at
-    its line and column, in order, with its fix: exactly expected.txt, which the writing-rules
-    page shows."""
+    """`rules check` on the rule folder under tests/rules/errors/ names each problem at its
+    line and column with its fix: exactly expected.txt, which the writing-rules page shows in
+    its `block`-th text block."""
     from webhook.cli import main
 
-    monkeypatch.chdir(EXAMPLE)
-    assert main(["rules", "check", "rules"]) == 1
-    printed = capsys.readouterr().out
-    expected = (EXAMPLE / "expected.txt").read_text()
-    assert printed == expected
-    page = (ROOT / "docs" / "writing-rules.md").read_text()
-    shown = page.split("```text\n", 1)[1].split("```", 1)[0]
-    assert _shown_lines(shown) == expected.splitlines()
-
-
-def test_settings_that_cannot_hold_together_get_the_golden_lines_and_the_docs_show_them(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """tests/rules/errors/contradictions holds a rule file whose settings are each valid but
-    cannot hold together, and a test case naming a rule that does not exist: `rules check`
-    names every one at once, each at its line and column with its fix, as the page shows."""
-    from webhook.cli import main
-
-    folder = EXAMPLE / "contradictions"
     monkeypatch.chdir(folder)
     assert main(["rules", "check", "rules"]) == 1
     printed = capsys.readouterr().out
     expected = (folder / "expected.txt").read_text()
     assert printed == expected
     page = (ROOT / "docs" / "writing-rules.md").read_text()
-    shown = page.split("```text\n")[2].split("```", 1)[0]
+    shown = page.split("```text\n")[block].split("```", 1)[0]
     assert _shown_lines(shown) == expected.splitlines()
 
 

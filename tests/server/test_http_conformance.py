@@ -1,9 +1,10 @@
 """HTTP/1.1 over TLS as the apiserver speaks it, and as request smugglers try to speak it.
 
-The real listener with its TLS context on 127.0.0.1, and a client made of a plain socket and a
-TLS object over memory buffers: the test writes the exact bytes it wants (headers a library
-would never send) and can half-close the TCP connection. Each client runs in a thread while the
-server serves on the test's event loop.
+The real listener with its TLS context on 127.0.0.1, and the raw client of
+tests/support/rawhttp.py made of a plain socket and a TLS object over memory buffers
+(`TlsClient`): the test writes the exact bytes it wants (headers a library would never send)
+and can half-close the TCP connection. Each client runs in a thread while the server serves on
+the test's event loop.
 
 Pinned here: what the apiserver relies on (pipelined requests answered in order,
 `Expect: 100-continue`, an answer after the client half-closes, HTTP/1.1 whatever ALPN offers),
@@ -18,157 +19,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
 import ssl
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 
-from tests.support.reviews import review_for
-from webhook.server.app import make_app
+from tests.support.rawhttp import PATIENCE, TlsClient, review_body, running_tls
 from webhook.server.http import connections
 from webhook.server.http.limits import Limits
-from webhook.server.http.ports import Servers, start_servers
-from webhook.server.http.state import ServerState
-from webhook.server.http.tls import make_ssl_context
 from webhook.server.reload import RuleHolder
 
-PATIENCE = 5.0  # how long a client waits for what the server must do
 T = TypeVar("T")
-
-POD = {
-    "apiVersion": "v1",
-    "kind": "Pod",
-    "metadata": {"name": "train", "namespace": "ml-team"},
-    "spec": {
-        "containers": [
-            {
-                "name": "main",
-                "image": "pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime",
-                "resources": {"limits": {"nvidia.com/gpu": "1", "memory": "8Gi"}},
-            }
-        ]
-    },
-}
-
-
-@contextlib.asynccontextmanager
-async def running(certs: Path, holder: RuleHolder) -> AsyncIterator[Servers]:
-    """The webhook port over TLS, as `serve` starts it (limits far above what a test takes)."""
-    state = ServerState(Limits(idle_timeout=PATIENCE * 2, linger=0.1))
-    servers = await start_servers(
-        make_app(holder, state=state, probes=False),
-        host="127.0.0.1",
-        port=0,
-        ssl_context=make_ssl_context(certs / "tls.crt", certs / "tls.key"),
-    )
-    try:
-        yield servers
-    finally:
-        await servers.stop()
-
-
-class Client:
-    """One TLS connection over a plain socket: exact bytes out, responses parsed as read."""
-
-    def __init__(self, port: int, ca: Path, alpn: list[str] | None = None) -> None:
-        ctx = ssl.create_default_context(cafile=str(ca))
-        if alpn is not None:
-            ctx.set_alpn_protocols(alpn)
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=PATIENCE)
-        self._in, self._out = ssl.MemoryBIO(), ssl.MemoryBIO()
-        self.tls = ctx.wrap_bio(self._in, self._out, server_hostname="127.0.0.1")
-        self.buffer = b""
-        self.eof = False
-        while True:
-            try:
-                self.tls.do_handshake()
-                break
-            except ssl.SSLWantReadError:
-                self._flush()
-                self._receive()
-        self._flush()
-
-    def _flush(self) -> None:
-        data = self._out.read()
-        if data:
-            self.sock.sendall(data)
-
-    def _receive(self) -> None:
-        data = self.sock.recv(65536)
-        if data:
-            self._in.write(data)
-        else:
-            self._in.write_eof()
-
-    def send(self, data: bytes) -> None:
-        self.tls.write(data)
-        self._flush()
-
-    def half_close(self) -> None:
-        """No more bytes from this side (a TCP FIN, no TLS goodbye): the answer may still come."""
-        self.sock.shutdown(socket.SHUT_WR)
-
-    def _read_more(self) -> bool:
-        """Decrypt what the server sent next; False at the end of the connection."""
-        if self.eof:
-            return False
-        while True:
-            try:
-                data = self.tls.read(65536)
-            except ssl.SSLWantReadError:
-                try:
-                    self._receive()
-                except ConnectionResetError:
-                    self.eof = True
-                    return False
-                continue
-            except (ssl.SSLZeroReturnError, ssl.SSLEOFError, ssl.SSLError):
-                self.eof = True
-                return False
-            if not data:
-                self.eof = True
-                return False
-            self.buffer += data
-            return True
-
-    def response(self) -> tuple[int, dict[str, str], bytes]:
-        """The next whole response: status, headers (lower-case names) and body."""
-        while b"\r\n\r\n" not in self.buffer:
-            assert self._read_more(), f"closed before a response: {self.buffer!r}"
-        head, _, self.buffer = self.buffer.partition(b"\r\n\r\n")
-        status_line, *lines = head.decode("latin-1").split("\r\n")
-        assert status_line.startswith("HTTP/1.1 "), status_line
-        fields = {}
-        for line in lines:
-            name, _, value = line.partition(":")
-            fields[name.strip().lower()] = value.strip()
-        length = int(fields.get("content-length", "0"))
-        while len(self.buffer) < length:
-            assert self._read_more(), "closed inside a response body"
-        body, self.buffer = self.buffer[:length], self.buffer[length:]
-        return int(status_line.split()[1]), fields, body
-
-    def closed(self) -> bool:
-        """Whether the server ends the connection (nothing more to read) within PATIENCE."""
-        try:
-            while self._read_more():
-                pass
-        except TimeoutError:
-            return False
-        return True
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-def review(name: str = "train") -> tuple[bytes, str]:
-    pod = json.loads(json.dumps(POD))
-    pod["metadata"]["name"] = name
-    body = review_for(pod)
-    return json.dumps(body).encode(), body["request"]["uid"]
+# Limits far above what a test takes; a closed connection lingers briefly.
+CALM = Limits(idle_timeout=PATIENCE * 2, linger=0.1)
 
 
 def head(*fields: str, path: str = "/validate") -> bytes:
@@ -200,11 +65,11 @@ def uid_of(body: bytes) -> str:
 async def test_two_pipelined_reviews_in_one_write_are_answered_in_order(
     certs: Path, holder: RuleHolder
 ) -> None:
-    async with running(certs, holder) as servers:
+    async with running_tls(certs, holder, CALM) as servers:
 
         def client() -> None:
-            c = Client(servers.port, certs / "ca.crt")
-            (first, uid1), (second, uid2) = review("one"), review("two")
+            c = TlsClient(servers.port, certs / "ca.crt")
+            (first, uid1), (second, uid2) = review_body("one"), review_body("two")
             c.send(post(first) + post(second))
             for uid in (uid1, uid2):
                 status, fields, body = c.response()
@@ -218,11 +83,11 @@ async def test_two_pipelined_reviews_in_one_write_are_answered_in_order(
 async def test_expect_100_continue_gets_continue_before_the_body_then_the_answer(
     certs: Path, holder: RuleHolder
 ) -> None:
-    async with running(certs, holder) as servers:
+    async with running_tls(certs, holder, CALM) as servers:
 
         def client() -> None:
-            c = Client(servers.port, certs / "ca.crt")
-            body, uid = review()
+            c = TlsClient(servers.port, certs / "ca.crt")
+            body, uid = review_body()
             c.send(head(f"Content-Length: {len(body)}", "Expect: 100-continue"))
             status, _, interim = c.response()
             assert (status, interim) == (100, b"")
@@ -238,10 +103,10 @@ async def test_expect_100_continue_gets_continue_before_the_body_then_the_answer
 async def test_a_body_too_large_for_100_continue_is_refused_without_continue(
     certs: Path, holder: RuleHolder
 ) -> None:
-    async with running(certs, holder) as servers:
+    async with running_tls(certs, holder, CALM) as servers:
 
         def client() -> None:
-            c = Client(servers.port, certs / "ca.crt")
+            c = TlsClient(servers.port, certs / "ca.crt")
             c.send(head("Content-Length: 1000000000", "Expect: 100-continue"))
             status, fields, _ = c.response()
             assert status == 413 and fields.get("connection") == "close"
@@ -253,11 +118,11 @@ async def test_a_body_too_large_for_100_continue_is_refused_without_continue(
 async def test_a_client_that_half_closes_after_its_request_still_gets_the_answer(
     certs: Path, holder: RuleHolder
 ) -> None:
-    async with running(certs, holder) as servers:
+    async with running_tls(certs, holder, CALM) as servers:
 
         def client() -> None:
-            c = Client(servers.port, certs / "ca.crt")
-            body, uid = review()
+            c = TlsClient(servers.port, certs / "ca.crt")
+            body, uid = review_body()
             c.send(post(body))
             c.half_close()
             status, _, answer = c.response()
@@ -268,34 +133,25 @@ async def test_a_client_that_half_closes_after_its_request_still_gets_the_answer
         await in_thread(client)
 
 
-@pytest.mark.parametrize("offered", [["h2", "http/1.1"], ["http/1.1"]])
-async def test_alpn_settles_on_http_1_1(
-    certs: Path, holder: RuleHolder, offered: list[str]
+@pytest.mark.parametrize(
+    ("offered", "agreed"),
+    [
+        (["h2", "http/1.1"], "http/1.1"),
+        (["http/1.1"], "http/1.1"),
+        # The server advertises http/1.1 alone: it never agrees to h2, and answers in HTTP/1.1.
+        (["h2"], None),
+    ],
+    ids=["h2-and-http/1.1", "http/1.1-only", "h2-only"],
+)
+async def test_alpn_settles_on_http_1_1_or_on_no_protocol_and_http_1_1_answers(
+    certs: Path, holder: RuleHolder, offered: list[str], agreed: str | None
 ) -> None:
-    async with running(certs, holder) as servers:
+    async with running_tls(certs, holder, CALM) as servers:
 
         def client() -> None:
-            c = Client(servers.port, certs / "ca.crt", alpn=offered)
-            assert c.tls.selected_alpn_protocol() == "http/1.1"
-            body, uid = review()
-            c.send(post(body))
-            status, _, answer = c.response()
-            assert status == 200 and uid_of(answer) == uid
-            c.close()
-
-        await in_thread(client)
-
-
-async def test_a_client_offering_only_h2_gets_no_protocol_and_http_1_1_answers(
-    certs: Path, holder: RuleHolder
-) -> None:
-    """The server advertises http/1.1 alone: it never agrees to h2."""
-    async with running(certs, holder) as servers:
-
-        def client() -> None:
-            c = Client(servers.port, certs / "ca.crt", alpn=["h2"])
-            assert c.tls.selected_alpn_protocol() is None
-            body, uid = review()
+            c = TlsClient(servers.port, certs / "ca.crt", alpn=offered)
+            assert c.tls.selected_alpn_protocol() == agreed
+            body, uid = review_body()
             c.send(post(body))
             status, _, answer = c.response()
             assert status == 200 and uid_of(answer) == uid
@@ -308,7 +164,7 @@ async def test_a_client_offering_only_h2_gets_no_protocol_and_http_1_1_answers(
 
 
 def _refused(port: int, ca: Path, request: bytes, status: int) -> None:
-    c = Client(port, ca)
+    c = TlsClient(port, ca)
     c.send(request)
     got, fields, body = c.response()
     assert got == status, body
@@ -319,7 +175,7 @@ def _refused(port: int, ca: Path, request: bytes, status: int) -> None:
 
 
 def _smuggling() -> list[Any]:
-    body, _ = review()
+    body, _ = review_body()
     n = len(body)
     return [
         pytest.param(
@@ -360,7 +216,7 @@ def _smuggling() -> list[Any]:
 async def test_ambiguous_framing_is_refused_with_400_and_a_close(
     certs: Path, holder: RuleHolder, request_: bytes
 ) -> None:
-    async with running(certs, holder) as servers:
+    async with running_tls(certs, holder, CALM) as servers:
         await in_thread(lambda: _refused(servers.port, certs / "ca.crt", request_, 400))
 
 
@@ -377,9 +233,9 @@ async def test_a_coding_before_chunked_gets_501_and_a_close(
     certs: Path, holder: RuleHolder, codings: list[str]
 ) -> None:
     """The body is framed (chunked comes last), but what it holds is not understood."""
-    body, _ = review()
+    body, _ = review_body()
     request = head(*(f"Transfer-Encoding: {c}" for c in codings)) + chunked(body)
-    async with running(certs, holder) as servers:
+    async with running_tls(certs, holder, CALM) as servers:
         await in_thread(lambda: _refused(servers.port, certs / "ca.crt", request, 501))
 
 
@@ -388,18 +244,18 @@ async def test_codings_that_do_not_end_in_one_chunked_get_400_and_a_close(
     certs: Path, holder: RuleHolder, coding: str
 ) -> None:
     """Where the body ends cannot be known: refused as malformed."""
-    body, _ = review()
+    body, _ = review_body()
     request = head(f"Transfer-Encoding: {coding}") + chunked(body)
-    async with running(certs, holder) as servers:
+    async with running_tls(certs, holder, CALM) as servers:
         await in_thread(lambda: _refused(servers.port, certs / "ca.crt", request, 400))
 
 
 async def test_chunked_in_any_case_is_chunked(certs: Path, holder: RuleHolder) -> None:
-    async with running(certs, holder) as servers:
+    async with running_tls(certs, holder, CALM) as servers:
 
         def client() -> None:
-            c = Client(servers.port, certs / "ca.crt")
-            body, uid = review()
+            c = TlsClient(servers.port, certs / "ca.crt")
+            body, uid = review_body()
             c.send(head("Transfer-Encoding: Chunked") + chunked(body))
             status, _, answer = c.response()
             assert status == 200 and uid_of(answer) == uid
@@ -418,13 +274,13 @@ async def test_a_client_that_never_reads_its_answers_is_dropped_with_bounded_mem
     answers pile up, keeps what it buffers bounded, and drops the connection after the time an
     answer may wait to be read."""
     monkeypatch.setattr(connections, "RESPONSE_GRACE", 0.5)
-    body, _ = review()
+    body, _ = review_body()
     request = post(body)
-    async with running(certs, holder) as servers:
+    async with running_tls(certs, holder, CALM) as servers:
         stop = False
 
         def client() -> int:
-            c = Client(servers.port, certs / "ca.crt")
+            c = TlsClient(servers.port, certs / "ca.crt")
             c.sock.settimeout(0.5)
             sent = 0
             with contextlib.suppress(OSError, ssl.SSLError):

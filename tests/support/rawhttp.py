@@ -1,6 +1,8 @@
 """A raw HTTP/1.1 client over real sockets, TLS or plain, for the listener tests: a test writes
 the exact bytes it wants (a stalled head, a pipelined pair, a body for no route) and reads the
-answer as the bytes came back. The listeners are started in-process as `serve` starts them.
+answer as the bytes came back, on asyncio streams or, for what a stream cannot do (half-close
+under TLS, any ALPN offer), on a blocking `TlsClient`. The listeners are started in-process as
+`serve` starts them.
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -159,3 +162,100 @@ def review_body(name: str = "train") -> tuple[bytes, str]:
     pod["metadata"]["name"] = name
     review = review_for(pod)
     return json.dumps(review).encode(), review["request"]["uid"]
+
+
+class TlsClient:
+    """One blocking TLS connection: a plain socket and a TLS object over memory buffers, so a
+    test writes the exact bytes it wants, can half-close the TCP connection (no TLS goodbye)
+    and offer any ALPN; responses are parsed as read. Run it in a thread beside the server's
+    event loop."""
+
+    def __init__(self, port: int, ca: Path, alpn: list[str] | None = None) -> None:
+        ctx = ssl.create_default_context(cafile=str(ca))
+        if alpn is not None:
+            ctx.set_alpn_protocols(alpn)
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=PATIENCE)
+        self._in, self._out = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.tls = ctx.wrap_bio(self._in, self._out, server_hostname="127.0.0.1")
+        self.buffer = b""
+        self.eof = False
+        while True:
+            try:
+                self.tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                self._flush()
+                self._receive()
+        self._flush()
+
+    def _flush(self) -> None:
+        data = self._out.read()
+        if data:
+            self.sock.sendall(data)
+
+    def _receive(self) -> None:
+        data = self.sock.recv(65536)
+        if data:
+            self._in.write(data)
+        else:
+            self._in.write_eof()
+
+    def send(self, data: bytes) -> None:
+        self.tls.write(data)
+        self._flush()
+
+    def half_close(self) -> None:
+        """No more bytes from this side (a TCP FIN, no TLS goodbye): the answer may still come."""
+        self.sock.shutdown(socket.SHUT_WR)
+
+    def _read_more(self) -> bool:
+        """Decrypt what the server sent next; False at the end of the connection."""
+        if self.eof:
+            return False
+        while True:
+            try:
+                data = self.tls.read(65536)
+            except ssl.SSLWantReadError:
+                try:
+                    self._receive()
+                except ConnectionResetError:
+                    self.eof = True
+                    return False
+                continue
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError, ssl.SSLError):
+                self.eof = True
+                return False
+            if not data:
+                self.eof = True
+                return False
+            self.buffer += data
+            return True
+
+    def response(self) -> tuple[int, dict[str, str], bytes]:
+        """The next whole response: status, headers (lower-case names) and body."""
+        while b"\r\n\r\n" not in self.buffer:
+            assert self._read_more(), f"closed before a response: {self.buffer!r}"
+        head, _, self.buffer = self.buffer.partition(b"\r\n\r\n")
+        status_line, *lines = head.decode("latin-1").split("\r\n")
+        assert status_line.startswith("HTTP/1.1 "), status_line
+        fields = {}
+        for line in lines:
+            name, _, value = line.partition(":")
+            fields[name.strip().lower()] = value.strip()
+        length = int(fields.get("content-length", "0"))
+        while len(self.buffer) < length:
+            assert self._read_more(), "closed inside a response body"
+        body, self.buffer = self.buffer[:length], self.buffer[length:]
+        return int(status_line.split()[1]), fields, body
+
+    def closed(self) -> bool:
+        """Whether the server ends the connection (nothing more to read) within PATIENCE."""
+        try:
+            while self._read_more():
+                pass
+        except TimeoutError:
+            return False
+        return True
+
+    def close(self) -> None:
+        self.sock.close()

@@ -17,7 +17,7 @@ from webhook.rulecli.clusterchecks import cluster_problems
 from webhook.rulecli.clusternotes import cluster_notes
 from webhook.rulecli.exemptnotes import exemption_notes, partial_exemptions
 from webhook.rulecli.queuenotes import queue_lines
-from webhook.rulecli.webhooks import render_webhooks
+from webhook.rulecli.webhookyaml import render_webhooks
 from webhook.ruleset.components import CLUSTER_NAMESPACES
 from webhook.ruleset.files import LoadedRules, RuleFileError, load_rules_with_sources, located
 from webhook.ruleset.models import Override, RuleSet
