@@ -93,7 +93,8 @@ controlplane: $(STAMP)
 		"and run make e2e"; fi
 
 # The end-to-end suite on each pinned release in turn (one pytest summary per version), against
-# the compiled build the image ships, serially: each run owns a whole control plane.
+# the compiled build the image ships, serially: each run owns a whole control plane. Each
+# summary lists its slowest steps, where the time of a run goes.
 E2E_VERSIONS ?= $(shell $(PYTHON) tests/e2e/binaries.py versions)
 e2e: controlplane $(COMPILED)/.built
 	@if ! command -v go >/dev/null 2>&1 && [ "$$GPU_ADMISSION_E2E" != required ]; then exit 0; fi; \
@@ -101,7 +102,7 @@ e2e: controlplane $(COMPILED)/.built
 		echo "== end-to-end on Kubernetes $$v"; \
 		GPU_ADMISSION_E2E_VERSION=$$v GPU_ADMISSION_EXPECT_COMPILED=1 PYTHONSAFEPATH=1 \
 		PYTHONPATH=$(CURDIR)/$(COMPILED) \
-			$(BIN)/python -m pytest -q -p no:cacheprovider -m e2e tests/e2e $(E2E_ARGS) \
+			$(BIN)/python -m pytest -q -p no:cacheprovider -m e2e tests/e2e --durations=8 $(E2E_ARGS) \
 			|| exit 1; \
 	done
 
