@@ -186,7 +186,8 @@ def _threads(out: Path) -> dict[int, int]:
 def _collected(scenario: str, endpoint: str, count: int, tmp: Path, source: str) -> Counted:
     """User-space instructions of one child process answering `count` reviews after its
     warm-up, counted from the moment it is ready, by thread."""
-    log, out = tmp / f"valgrind.{count}", tmp / f"callgrind.{count}"
+    run = f"{scenario}.{endpoint}.{count}"  # one file per thread: none left from another run
+    log, out = tmp / f"valgrind.{run}", tmp / f"callgrind.{run}"
     proc = subprocess.Popen(
         [
             "valgrind",
@@ -211,6 +212,7 @@ def _collected(scenario: str, endpoint: str, count: int, tmp: Path, source: str)
     )
     assert proc.stdin is not None and proc.stdout is not None
     ready = proc.stdout.readline().strip() == READY
+    began = time.monotonic()
     if ready:
         subprocess.run(
             ["callgrind_control", "--instr=on", str(proc.pid)],
@@ -218,7 +220,7 @@ def _collected(scenario: str, endpoint: str, count: int, tmp: Path, source: str)
             check=True,
             timeout=120,
         )
-        began = time.monotonic()
+        began = time.monotonic()  # counting is on
         proc.stdin.write("go\n")
         proc.stdin.flush()
     proc.stdin.close()
