@@ -5,12 +5,17 @@ Wall-clock benchmarks on shared 2-core VMs drift by tens of percent between runs
 neighbours); an instruction count does not. This runs the real HTTP/1.1 connection (the
 `serve` routes, the example cluster snapshot with GPU holds for the `-facts` scenarios, JSON
 decision logging as `serve` sets it up) in one process, fed whole requests as the apiserver
-sends them, under `valgrind --tool=callgrind`, twice: with N and with 2N reviews. The
-difference divided by N is what one review costs in user-space instructions, start-up and
-warm-up excluded. TLS, the kernel and the event loop are not in it (`bench/load.py` has them).
-With `--facts live` the `-facts` scenarios read the live cache instead, as `serve` in a cluster
-does: synced by list+watch from the same snapshot served as a cluster (bench/livefacts.py, a
-protocol-speaking fake API server in a process of its own, not counted).
+sends them, under `valgrind --tool=callgrind`, twice: with N and with 2N reviews. Only the
+reviews are counted: start-up and warm-up run with valgrind's instrumentation off (it is
+turned on with `callgrind_control` once the process is ready), and only the thread that
+answers the reviews counts. The difference divided by N is what one review costs in
+user-space instructions. TLS, the kernel and the event loop are not in it (`bench/load.py`
+has them). With `--facts live` the `-facts` scenarios read the live cache instead, as `serve`
+in a cluster does: synced by list+watch from the same snapshot served as a cluster
+(bench/livefacts.py, a protocol-speaking fake API server in a process of its own, not
+counted). The cache's watch threads run on the wall clock (bookmarks, watch renewals, looking
+again for the kinds the cluster does not serve), not per review: they are counted apart and
+printed under the table, with the seconds they ran.
 
 Run from the repository root against the build that ships:
 
@@ -30,6 +35,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +53,7 @@ if str(REPO) not in sys.path:
 from reviews import SCENARIOS, UID_MARK, as_persisted, review  # noqa: E402
 
 WARMUP = 300
+READY = "ready"  # the child's line once it is warm: the parent turns counting on, then says go
 
 
 class _Transport:
@@ -144,7 +151,11 @@ def run_child(scenario: str, endpoint: str, count: int, source: str = "snapshot"
         _http(endpoint, template.replace(UID_MARK.encode(), f"{i:012d}".encode()))
         for i in range(WARMUP + count)
     ]
-    for request in requests:
+    for request in requests[:WARMUP]:
+        conn.data_received(request)
+    print(READY, flush=True)  # counting starts here (`_collected`)
+    sys.stdin.readline()
+    for request in requests[WARMUP:]:
         conn.data_received(request)
     last = orjson.loads(transport.out[-1].split(b"\r\n\r\n", 1)[1])
     end()
@@ -154,14 +165,36 @@ def run_child(scenario: str, endpoint: str, count: int, source: str = "snapshot"
     return 0
 
 
-def _collected(scenario: str, endpoint: str, count: int, tmp: Path, source: str) -> int:
-    """User-space instructions of one child process answering WARMUP + `count` reviews."""
-    log = tmp / f"valgrind.{count}"
-    proc = subprocess.run(
+@dataclass(frozen=True)
+class Counted:
+    """One measured process's instructions from the moment counting was turned on."""
+
+    reviews: int  # the thread that answers the reviews (the process's main thread)
+    watches: int  # every other thread: the live cache's watch threads, if any
+    seconds: float  # how long counting was on
+
+
+def _threads(out: Path) -> dict[int, int]:
+    """Instructions by valgrind thread number (1: the main thread) of one callgrind run."""
+    counts: dict[int, int] = {}
+    for part in out.parent.glob(f"{out.name}-*"):
+        found = re.search(r"^summary: (\d+)", part.read_text(), re.M)
+        counts[int(part.name.rsplit("-", 1)[1])] = int(found.group(1)) if found else 0
+    return counts
+
+
+def _collected(scenario: str, endpoint: str, count: int, tmp: Path, source: str) -> Counted:
+    """User-space instructions of one child process answering `count` reviews after its
+    warm-up, counted from the moment it is ready, by thread."""
+    run = f"{scenario}.{endpoint}.{count}"  # one file per thread: none left from another run
+    log, out = tmp / f"valgrind.{run}", tmp / f"callgrind.{run}"
+    proc = subprocess.Popen(
         [
             "valgrind",
             "--tool=callgrind",
-            f"--callgrind-out-file={tmp / f'callgrind.{count}'}",
+            "--instr-atstart=no",  # start-up and warm-up uncounted: on once the child is ready
+            "--separate-threads=yes",  # the reviews' thread apart from the watch threads
+            f"--callgrind-out-file={out}",
             f"--log-file={log}",
             sys.executable,
             str(Path(__file__).resolve()),
@@ -172,15 +205,34 @@ def _collected(scenario: str, endpoint: str, count: int, tmp: Path, source: str)
             "--facts",
             source,
         ],
-        stdout=subprocess.DEVNULL,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,  # the decision log lines
-        check=False,
+        text=True,
     )
-    text = log.read_text() if log.exists() else ""
-    found = re.search(r"Collected : (\d+)", text)
-    if proc.returncode != 0 or found is None:
-        raise SystemExit(f"the measured process failed (exit {proc.returncode}):\n{text[-2000:]}")
-    return int(found.group(1))
+    assert proc.stdin is not None and proc.stdout is not None
+    ready = proc.stdout.readline().strip() == READY
+    began = time.monotonic()
+    if ready:
+        subprocess.run(
+            ["callgrind_control", "--instr=on", str(proc.pid)],
+            capture_output=True,
+            check=True,
+            timeout=120,
+        )
+        began = time.monotonic()  # counting is on
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    proc.stdin.close()
+    proc.stdout.read()
+    code = proc.wait()
+    seconds = time.monotonic() - began if ready else 0.0
+    threads = _threads(out)
+    if code != 0 or not ready or 1 not in threads:
+        text = log.read_text() if log.exists() else ""
+        raise SystemExit(f"the measured process failed (exit {code}):\n{text[-2000:]}")
+    watches = sum(n for thread, n in threads.items() if thread != 1)
+    return Counted(threads[1], watches, seconds)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -207,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         scenario, endpoint, count = args.child
         return run_child(scenario, endpoint, int(count), args.facts)
-    if shutil.which("valgrind") is None:
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         print("bench/instructions.py needs valgrind: apt-get install valgrind", file=sys.stderr)
         return 2
     names = args.scenario or ["gpu-pod-facts", "gpu-pod-denied"]
@@ -219,13 +271,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("| scenario | endpoint | instructions per review |")
     print("| --- | --- | ---: |")
+    watched: list[str] = []
     with tempfile.TemporaryDirectory(prefix="gpu-admission-instructions-") as tmp_s:
         tmp = Path(tmp_s)
         for name in names:
             for endpoint in next(s for s in SCENARIOS if s.name == name).endpoints:
                 once = _collected(name, endpoint, args.requests, tmp, args.facts)
                 twice = _collected(name, endpoint, 2 * args.requests, tmp, args.facts)
-                print(f"| {name} | {endpoint} | {(twice - once) / args.requests:,.0f} |")
+                per_review = (twice.reviews - once.reviews) / args.requests
+                print(f"| {name} | {endpoint} | {per_review:,.0f} |")
+                if once.watches or twice.watches:
+                    watched.append(
+                        f"{name} {endpoint}: {once.watches:,} in {once.seconds:.0f} s (N), "
+                        f"{twice.watches:,} in {twice.seconds:.0f} s (2N)"
+                    )
+    if watched:
+        print("\nThe watch threads meanwhile, counted apart (not per review):")
+        for line in watched:
+            print(f"- {line}")
     print(f"\nCommand: `{' '.join(['bench/instructions.py', *(argv or sys.argv[1:])])}`")
     return 0
 

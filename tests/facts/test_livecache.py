@@ -378,3 +378,28 @@ def test_sidecar_gpus_add_up_in_live_usage(cache: LiveCache, server: FakeApiServ
     pod["spec"]["initContainers"] = [_c("proxy", 1, sidecar=True), _c("init", 3)]
     server.put("pods", pod)  # the init container runs beside the sidecar: 1 + 3 = 4
     eventually(lambda: used(cache) == 11)
+
+
+def test_a_kind_not_installed_costs_one_list_per_recheck_and_nothing_between(
+    server: FakeApiServer,
+) -> None:
+    """A CRD the cluster does not serve is listed once, then waited on until the recheck: no
+    retry with backoff, no watch, while the served kinds' watches run on."""
+    from tests.support.fake_apiserver import PATHS
+    from webhook.facts.watched import WATCHED
+
+    absent = {name for name, row in WATCHED.items() if row.optional and name in PATHS}
+    server.missing = set(absent)
+    cfg = client.Configuration()
+    cfg.host = server.url
+    live = LiveCache(client.ApiClient(cfg), watch_timeout=5, max_backoff=0.2, recheck_seconds=300)
+    live.start()
+    try:
+        assert live.wait_synced(10)
+        eventually(lambda: all(server.lists[name] >= 1 for name in absent))
+        time.sleep(1.5)  # several backoffs of 0.2 s: an error-path retry would list again
+        assert {name: server.lists[name] for name in absent} == dict.fromkeys(absent, 1)
+        assert not {kind for kind, _ in server.watches} & absent
+        assert {kind for kind, _ in server.watches} >= {k.name for k in KINDS}
+    finally:
+        live.stop()
