@@ -308,10 +308,11 @@ def test_config_maps_are_listed_again_after_410_gone(
 def test_config_maps_are_unknown_until_listed(server: FakeApiServer) -> None:
     cfg = client.Configuration()
     cfg.host = server.url
-    live = LiveCache(client.ApiClient(cfg))
-    assert live.facts_for("ml-team").config_maps is None  # not "no such key": not known yet
-    assert live.facts_for("ml-team").secrets is None
-    live.list_once()  # the live audit's one-shot list reads them too
+    with client.ApiClient(cfg) as api:
+        live = LiveCache(api)
+        assert live.facts_for("ml-team").config_maps is None  # not "no such key": not known yet
+        assert live.facts_for("ml-team").secrets is None
+        live.list_once()  # the live audit's one-shot list reads them too
     assert live.facts_for("ml-team").config_maps == {
         "gpu-env": {"NVIDIA_VISIBLE_DEVICES": "all"},
         "suffix-only": {"DEVICES": "0,1"},

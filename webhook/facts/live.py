@@ -173,12 +173,17 @@ class LiveCache:
             self._threads.append(t)
 
     def stop(self, timeout: float = 5.0) -> None:
+        """End the watches, then close the API client's pooled connections: the cache owns
+        the client it was given, and nothing it opened outlives it."""
         self._stop.set()
         for resp in list(self._responses.values()):
             with contextlib.suppress(Exception):  # best effort: wakes a blocked watch read
                 resp.close()
         for t in self._threads:
             t.join(timeout)
+        close = getattr(self.api_client, "close", None)
+        if close is not None:
+            close()
 
     def list_once(self) -> None:
         """One paged list of every kind and no watch: a consistent-enough one-shot snapshot.
