@@ -156,7 +156,9 @@ def start_serve(
                     break
         except OSError:
             pass
-        assert time.monotonic() < deadline, f"serve not ready:\n{log.read_text()[-3000:]}"
+        if time.monotonic() > deadline:
+            stop_process(process)  # reaped, not left running for the collector to warn of
+            raise AssertionError(f"serve not ready:\n{log.read_text()[-3000:]}")
         time.sleep(0.1)
     return process, log, port, probe
 
