@@ -39,6 +39,18 @@ def cache(server: FakeApiServer) -> Iterator[LiveCache]:
     live.stop()
 
 
+def test_a_stopped_cache_holds_no_connection_to_the_api_server(server: FakeApiServer) -> None:
+    """Nothing the cache opened outlives it: after the live audit's one-shot list its client
+    keeps the connection alive for another request; stopping the cache closes it."""
+    cfg = client.Configuration()
+    cfg.host = server.url
+    live = LiveCache(client.ApiClient(cfg))
+    live.list_once()
+    assert server.open_connections() >= 1  # kept alive by the client's pool
+    live.stop()
+    eventually(lambda: server.open_connections() == 0)
+
+
 def used(cache: LiveCache, ns: str = "ml-team") -> Fraction:
     return cache.facts_for(ns).usage.by_resource.get("nvidia.com/gpu", Fraction(0))  # type: ignore[return-value]
 

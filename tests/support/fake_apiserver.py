@@ -165,6 +165,15 @@ class FakeApiServer:
         """Cut every open watch connection mid-stream."""
         self._call(self._drop)
 
+    def open_connections(self) -> int:
+        """Client connections the server holds open now (kept alive between requests too)."""
+
+        async def count() -> int:
+            assert self._runner is not None and self._runner.server is not None
+            return len(self._runner.server.connections)
+
+        return int(self._call(count))
+
     def set_down(self, down: bool) -> None:
         self.down = down
         if down:
