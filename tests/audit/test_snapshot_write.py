@@ -133,8 +133,9 @@ def test_the_file_reads_back_as_the_facts_the_live_cache_lists(
     facts = load_snapshot(tmp_path / "c.yaml")
     cfg = client.Configuration()
     cfg.host = server.url
-    live = LiveCache(client.ApiClient(cfg))
-    live.list_once()
+    with client.ApiClient(cfg) as api:
+        live = LiveCache(api)
+        live.list_once()
     for ns in ("ml-team", "research", "default", "nowhere"):
         a, b = facts.facts_for(ns), live.facts_for(ns)
         assert a.namespace_labels == b.namespace_labels
@@ -273,8 +274,9 @@ def test_queues_are_written_whole_and_read_back_as_the_live_cache_reads_them(
     facts = load_snapshot(tmp_path / "q.yaml")
     cfg = client.Configuration()
     cfg.host = server.url
-    live = LiveCache(client.ApiClient(cfg))
-    live.list_once()
+    with client.ApiClient(cfg) as api:
+        live = LiveCache(api)
+        live.list_once()
     for ns in ("ml-team", "research"):
         a, b = facts.facts_for(ns).queues, live.facts_for(ns).queues
         assert a is not None and b is not None

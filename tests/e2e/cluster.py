@@ -127,7 +127,7 @@ class ControlPlane:
 
     def wait_for(self, process: Process, step: str, check: Any, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
-        last: object = None
+        last = ""
         while time.monotonic() < deadline:
             if process.popen.poll() is not None:
                 raise ComponentFailed(
@@ -138,7 +138,9 @@ class ControlPlane:
                 if check():
                     return
             except Exception as exc:
-                last = exc
+                last = str(exc)
+                if isinstance(exc, urllib.error.HTTPError):
+                    exc.close()  # a refusal (`/readyz` 500 while starting) holds its socket
             time.sleep(0.2)
         raise ComponentFailed(
             f"{process.name}: {step} not reached in {timeout:.0f} s (last: {last}); "

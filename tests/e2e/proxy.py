@@ -17,28 +17,36 @@ class RoundRobin:
         self.backends = list(backends)
         self.port = free_port()
         self._turn = itertools.count()
-        self._loop = asyncio.new_event_loop()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
-        self._server: asyncio.AbstractServer | None = None
 
     def __enter__(self) -> RoundRobin:
         self._thread.start()
-        self._ready.wait(10)
+        assert self._ready.wait(10), "the proxy did not start listening"
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
+        assert self._loop is not None and self._stopping is not None
+        self._loop.call_soon_threadsafe(self._stopping.set)
         self._thread.join(10)
+        assert not self._thread.is_alive(), "the proxy did not stop"
 
     def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._server = self._loop.run_until_complete(
-            asyncio.start_server(self._serve, "127.0.0.1", self.port)
-        )
+        # asyncio.run: the connections still piped are cancelled (each closes its sockets) and
+        # the loop is closed when the proxy stops, so nothing of it outlives the test.
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+        server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
         self._ready.set()
-        self._loop.run_forever()
-        self._server.close()
+        try:
+            await self._stopping.wait()
+        finally:
+            server.close()  # no new connections; asyncio.run then cancels the open ones
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         upstream = None

@@ -13,6 +13,7 @@ import ssl
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -154,9 +155,13 @@ def start_serve(
             with urllib.request.urlopen(f"http://127.0.0.1:{probe}/readyz", timeout=2) as r:
                 if r.status == 200:
                     break
+        except urllib.error.HTTPError as unready:  # 503 until the cache has synced
+            unready.close()  # it holds the answer's socket
         except OSError:
             pass
-        assert time.monotonic() < deadline, f"serve not ready:\n{log.read_text()[-3000:]}"
+        if time.monotonic() > deadline:
+            stop_process(process)  # reaped, not left running for the collector to warn of
+            raise AssertionError(f"serve not ready:\n{log.read_text()[-3000:]}")
         time.sleep(0.1)
     return process, log, port, probe
 

@@ -39,6 +39,18 @@ def cache(server: FakeApiServer) -> Iterator[LiveCache]:
     live.stop()
 
 
+def test_a_stopped_cache_holds_no_connection_to_the_api_server(server: FakeApiServer) -> None:
+    """Nothing the cache opened outlives it: after the live audit's one-shot list its client
+    keeps the connection alive for another request; stopping the cache closes it."""
+    cfg = client.Configuration()
+    cfg.host = server.url
+    live = LiveCache(client.ApiClient(cfg))
+    live.list_once()
+    assert server.open_connections() >= 1  # kept alive by the client's pool
+    live.stop()
+    eventually(lambda: server.open_connections() == 0)
+
+
 def used(cache: LiveCache, ns: str = "ml-team") -> Fraction:
     return cache.facts_for(ns).usage.by_resource.get("nvidia.com/gpu", Fraction(0))  # type: ignore[return-value]
 
@@ -308,10 +320,11 @@ def test_config_maps_are_listed_again_after_410_gone(
 def test_config_maps_are_unknown_until_listed(server: FakeApiServer) -> None:
     cfg = client.Configuration()
     cfg.host = server.url
-    live = LiveCache(client.ApiClient(cfg))
-    assert live.facts_for("ml-team").config_maps is None  # not "no such key": not known yet
-    assert live.facts_for("ml-team").secrets is None
-    live.list_once()  # the live audit's one-shot list reads them too
+    with client.ApiClient(cfg) as api:
+        live = LiveCache(api)
+        assert live.facts_for("ml-team").config_maps is None  # not "no such key": not known yet
+        assert live.facts_for("ml-team").secrets is None
+        live.list_once()  # the live audit's one-shot list reads them too
     assert live.facts_for("ml-team").config_maps == {
         "gpu-env": {"NVIDIA_VISIBLE_DEVICES": "all"},
         "suffix-only": {"DEVICES": "0,1"},

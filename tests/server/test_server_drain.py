@@ -78,14 +78,16 @@ def server(certs: Path, tmp_path: Path) -> Iterator[Server]:
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )  # fmt: skip
     started = Server(process, port, probe_port, log)
-    deadline = time.monotonic() + PATIENCE
-    while started.probe("/readyz") != 200:
-        assert process.poll() is None, log.read_text()
-        assert time.monotonic() < deadline, log.read_text()
-        time.sleep(0.05)
-    yield started
-    if process.poll() is None:
-        process.kill()
+    try:
+        deadline = time.monotonic() + PATIENCE
+        while started.probe("/readyz") != 200:
+            assert process.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        yield started
+    finally:  # reaped however the test ends: a Popen left running is a ResourceWarning
+        if process.poll() is None:
+            process.kill()
         process.wait()
 
 

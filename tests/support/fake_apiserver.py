@@ -131,6 +131,7 @@ class FakeApiServer:
         self._changed: asyncio.Condition | None = None
         self._streams: dict[web.StreamResponse, web.Request] = {}
         self._runner: web.AppRunner | None = None
+        self._clients: list[Any] = []  # stopped before the server: see `stop`
         self.port = 0
 
     # ---- control, called from the test thread ----------------------------------------
@@ -164,6 +165,15 @@ class FakeApiServer:
     def drop_watches(self) -> None:
         """Cut every open watch connection mid-stream."""
         self._call(self._drop)
+
+    def open_connections(self) -> int:
+        """Client connections the server holds open now (kept alive between requests too)."""
+
+        async def count() -> int:
+            assert self._runner is not None and self._runner.server is not None
+            return len(self._runner.server.connections)
+
+        return int(self._call(count))
 
     def set_down(self, down: bool) -> None:
         self.down = down
@@ -380,14 +390,25 @@ class FakeApiServer:
                 ready.set()
 
             loop.run_until_complete(boot())
-            loop.run_forever()
+            try:
+                loop.run_forever()
+            finally:  # stopped: nothing of the server outlives it
+                _close_loop(loop)
 
         self._thread = threading.Thread(target=run, daemon=True)
         self._thread.start()
         assert ready.wait(10)
 
+    def serves(self, client: Any) -> Any:
+        """`client` (anything with `stop()`, such as a LiveCache) is stopped when the server
+        is: a test that lists once and never starts the watches leaves no pooled socket."""
+        self._clients.append(client)
+        return client
+
     def stop(self) -> None:
         assert self._loop is not None and self._runner is not None
+        for client in self._clients:  # their watches end before the server goes
+            client.stop()
 
         async def shutdown() -> None:
             self.stopping = True
@@ -401,6 +422,7 @@ class FakeApiServer:
         self._call(shutdown)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
+        assert not self._thread.is_alive(), "the fake API server's loop did not stop"
 
     @property
     def url(self) -> str:
@@ -408,6 +430,18 @@ class FakeApiServer:
 
     def kubeconfig(self) -> str:
         return kubeconfig_for(self.url)
+
+
+def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """What `asyncio.run` does when its coroutine ends: cancel what still runs on `loop`, let
+    it finish, then close the loop (an unclosed one is a ResourceWarning at collection)."""
+    tasks = asyncio.all_tasks(loop)
+    for task in tasks:
+        task.cancel()
+    loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+    loop.run_until_complete(loop.shutdown_asyncgens())
+    loop.run_until_complete(loop.shutdown_default_executor())
+    loop.close()
 
 
 def kubeconfig_for(url: str) -> str:

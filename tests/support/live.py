@@ -12,14 +12,17 @@ from tests.support.paths import ROOT
 
 
 def live_cache(server: Any, **kwargs: Any) -> Any:
-    """A LiveCache on the fake API server, with short watch timeouts and backoff."""
+    """A LiveCache on the fake API server, with short watch timeouts and backoff; stopped
+    (its watches ended, its client's connections closed) when the server stops, if not before."""
     from kubernetes import client
 
     from webhook.facts.live import LiveCache
 
     cfg = client.Configuration()
     cfg.host = server.url
-    return LiveCache(client.ApiClient(cfg), watch_timeout=5, max_backoff=0.5, **kwargs)
+    return server.serves(
+        LiveCache(client.ApiClient(cfg), watch_timeout=5, max_backoff=0.5, **kwargs)
+    )
 
 
 def cluster_role_grants() -> dict[tuple[str, str], set[str]]:

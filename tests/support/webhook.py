@@ -127,6 +127,7 @@ def start_webhook(
     deadline = time.monotonic() + ready_timeout
     while True:
         if process.poll() is not None:
+            client.close()
             raise RuntimeError(f"webhook exited early:\n{log.read_text()}")
         try:
             if client.get(f"{probes}/{'readyz' if wait_ready else 'healthz'}").is_success:
@@ -136,6 +137,7 @@ def start_webhook(
         if time.monotonic() > deadline:
             process.kill()
             process.wait()  # reaped here, not left running for the collector to warn of
+            client.close()
             raise RuntimeError(f"webhook did not come up:\n{log.read_text()}")
         time.sleep(0.05)
     return Webhook(url=url, client=client, process=process)
@@ -148,6 +150,7 @@ def stop_webhook(hook: Webhook) -> None:
         hook.process.wait(timeout=10)
     except subprocess.TimeoutExpired:
         hook.process.kill()
+        hook.process.wait()  # reaped: a Popen left running is a ResourceWarning
 
 
 @contextlib.asynccontextmanager

@@ -124,6 +124,18 @@ def _cluster(args: argparse.Namespace, rules: CompiledRuleSet) -> int:
     """The live audit: facts and workloads from one paged read of the cluster."""
     from kubernetes import client, config
 
+    cfg = client.Configuration()
+    try:
+        config.load_kube_config(config_file=args.kubeconfig, client_configuration=cfg)
+        api = client.ApiClient(cfg)
+    except Exception as exc:  # any failure to reach the cluster makes the audit incomplete
+        return _fail(f"cannot read the cluster: {api_reason(exc)}")
+    with api:  # its pooled connections are closed when the audit ends, however it ends
+        return _audit_cluster(api, args, rules)
+
+
+def _audit_cluster(api: Any, args: argparse.Namespace, rules: CompiledRuleSet) -> int:
+    """The live audit on an open client: one paged read, the report, the PolicyReports."""
     from webhook.audit.cluster import (
         list_workloads,
         one_shot_facts,
@@ -132,10 +144,7 @@ def _cluster(args: argparse.Namespace, rules: CompiledRuleSet) -> int:
         write_reports,
     )
 
-    cfg = client.Configuration()
     try:
-        config.load_kube_config(config_file=args.kubeconfig, client_configuration=cfg)
-        api = client.ApiClient(cfg)
         facts = one_shot_facts(api)
     except Exception as exc:  # any failure to reach the cluster makes the audit incomplete
         return _fail(f"cannot read the cluster: {api_reason(exc)}")

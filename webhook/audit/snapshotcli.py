@@ -41,8 +41,9 @@ def _snapshot(args: argparse.Namespace) -> int:
         and "KUBERNETES_SERVICE_HOST" in os.environ
     )
     try:
-        api = cluster_client(args.kubeconfig, in_cluster)
-        doc, notes = snapshot_document(api, namespaces=args.namespace)
+        # the client's pooled connections are closed once the cluster is read
+        with cluster_client(args.kubeconfig, in_cluster) as api:
+            doc, notes = snapshot_document(api, namespaces=args.namespace)
     except SnapshotReadError as exc:
         print(f"gpu-admission: cannot list {exc.section}: {api_reason(exc.cause)}", file=sys.stderr)
         return 2

@@ -174,14 +174,19 @@ class LiveCache:
             self._threads.append(t)
 
     def stop(self, timeout: float = 5.0) -> None:
-        """End every watch thread within `timeout` in all (not per thread): a pod's grace
-        period is 30 s, and a shutdown that outlasts it ends in SIGKILL mid-drain."""
+        """End every watch thread within `timeout` in all (not per thread: a pod's grace
+        period is 30 s, and a shutdown that outlasts it ends in SIGKILL mid-drain), then close
+        the API client's pooled connections: the cache owns the client it was given, and
+        nothing it opened outlives it."""
         self._stop.set()
         for resp in list(self._responses.values()):
             _cut(resp)
         deadline = time.monotonic() + timeout
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
+        close = getattr(self.api_client, "close", None)
+        if close is not None:
+            close()
 
     def list_once(self) -> None:
         """One paged list of every kind and no watch: a consistent-enough one-shot snapshot.
