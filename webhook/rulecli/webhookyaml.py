@@ -149,17 +149,23 @@ _VALIDATING = _configuration(
 )
 
 
-def _routing(rules: CompiledRuleSet) -> str:
-    namespaces = "".join(f"\n            - {n}" for n in _skipped_namespaces(rules.source))
-    condition = "\n".join(
-        ("          " + line).rstrip() for line in gpu_workload_condition(rules).splitlines()
-    )
+def _namespace_selector(rules: CompiledRuleSet) -> str:
+    """Both webhooks skip the same namespaces: the exempt ones the rules name."""
+    names = "".join(f"\n            - {n}" for n in _skipped_namespaces(rules.source))
     return f"""\
     namespaceSelector:
       matchExpressions:
         - key: kubernetes.io/metadata.name
           operator: NotIn
-          values:{namespaces}
+          values:{names}"""
+
+
+def _routing(rules: CompiledRuleSet) -> str:
+    condition = "\n".join(
+        ("          " + line).rstrip() for line in gpu_workload_condition(rules).splitlines()
+    )
+    return f"""\
+{_namespace_selector(rules)}
     rules:
 {_rules_yaml(rules.workloads)}
     matchConditions:
@@ -186,7 +192,6 @@ def _routing(rules: CompiledRuleSet) -> str:
 def _config_map_entry(rules: CompiledRuleSet) -> str:
     """The validating webhook on ConfigMap writes: only the sharing scheduler's binder may put
     a device list in a pod's ConfigMap."""
-    namespaces = "".join(f"\n            - {n}" for n in _skipped_namespaces(rules.source))
     writers = qlist(rules.source.gpu_sharing.config_map_writers)
     condition = "\n".join(
         ("          " + line).rstrip() for line in sharing_config_map_condition().splitlines()
@@ -209,11 +214,7 @@ def _config_map_entry(rules: CompiledRuleSet) -> str:
         name: gpu-admission
         path: /validate
         port: 443
-    namespaceSelector:
-      matchExpressions:
-        - key: kubernetes.io/metadata.name
-          operator: NotIn
-          values:{namespaces}
+{_namespace_selector(rules)}
     rules:
       - operations: [CREATE, UPDATE]
         apiGroups: [""]
